@@ -1,0 +1,3 @@
+from kwdiag.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""kwdiag's embedded task runtime (placeholder while it is written)."""
