@@ -1,0 +1,674 @@
+"""The Dask-compatible client: ``Client``, ``Future`` and their blocking API.
+
+Covers: connecting (a ``LocalCluster``, an address, a scheduler file, or — with no argument —
+the cluster ``kwdiag run`` announced in the environment, else a new ``LocalCluster``);
+submitting tasks whose arguments may hold futures (they become dependencies, found while
+pickling); tracking each key's state from the scheduler's reports; fetching results straight
+from the workers that hold them; raising a task's own exception, ``KilledWorker`` or
+``ScatteredDataLost``; reference counting futures so the scheduler can release what nobody
+holds; and reconnecting when the scheduler comes back.
+
+Does not cover: scheduling (the scheduler decides), or an asynchronous API (all calls block;
+the event loop runs in one background thread shared by every client of the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import logging
+import os
+import pickle
+import threading
+import time
+import uuid
+import warnings
+from typing import Any, Iterable
+
+import cloudpickle
+
+from kwdiag.runtime import versions as versions_mod
+from kwdiag.runtime import config as config_mod
+from kwdiag.runtime.comm import CommClosedError, connect
+from kwdiag.runtime.core import RemoteError, Stream
+from kwdiag.runtime.exceptions import (FutureCancelledError, KilledWorker, ScatteredDataLost, VersionMismatchError,
+                                       VersionMismatchWarning)
+from kwdiag.runtime.record import Recorder
+
+logger = logging.getLogger("kwdiag.client")
+
+PENDING, FINISHED, ERROR, CANCELLED = "pending", "finished", "error", "cancelled"
+
+
+class _LoopThread:
+    """One asyncio loop in a daemon thread, shared by the clients of this process."""
+
+    _instance: "_LoopThread | None" = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="kwdiag-client-loop", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def get(cls) -> "_LoopThread":
+        with cls._lock:
+            if cls._instance is None or not cls._instance.thread.is_alive():
+                cls._instance = cls()
+            return cls._instance
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"timed out after {timeout} s.") from None
+
+    def call(self, fn: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+
+class _KeyState:
+    __slots__ = ("status", "who_has", "error", "event", "refcount", "reason", "waiters")
+
+    def __init__(self) -> None:
+        self.status = PENDING
+        self.who_has: list[str] = []
+        self.error: dict | None = None
+        self.reason = ""
+        self.event = threading.Event()   # for callers' threads
+        self.waiters: list[asyncio.Future] = []  # for coroutines on the client loop
+        self.refcount = 0
+
+
+class _SpecPickler(cloudpickle.CloudPickler):
+    """Pickles ``(fn, args, kwargs)``, turning every Future inside into a dependency reference."""
+
+    def __init__(self, file: io.BytesIO, deps: list[str]):
+        super().__init__(file, protocol=5)
+        self.deps = deps
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is Future:
+            if obj.key not in self.deps:
+                self.deps.append(obj.key)
+            return ("kwdiag-future", obj.key)
+        return None
+
+
+def _dumps_spec(fn: Any, args: tuple, kwargs: dict) -> tuple[bytes, list[str]]:
+    buffer, deps = io.BytesIO(), []
+    _SpecPickler(buffer, deps).dump((fn, args, kwargs))
+    return buffer.getvalue(), deps
+
+
+def _funcname(fn: Any) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return "lambda" if name == "<lambda>" else name
+
+
+def _build_exception(key: str, error: dict) -> BaseException:
+    kind = error.get("type")
+    if kind == "killed-worker":
+        return KilledWorker(error["key"], error.get("last_worker"), error.get("allowed_failures", 3),
+                            error.get("workers"))
+    if kind == "scattered-lost":
+        return ScatteredDataLost(error["key"], error.get("worker"), error.get("message"))
+    if kind == "exception":
+        try:
+            exc = pickle.loads(error["exception"])
+        except Exception:
+            exc = RuntimeError(f"{error.get('exc_type')}: {error.get('message')}")
+        if error.get("traceback") and hasattr(exc, "add_note"):
+            exc.add_note(f"Remote traceback (task {error.get('key')!r}):\n{error['traceback'].rstrip()}")
+        return exc
+    return RuntimeError(error.get("message") or f"task {key!r} failed")
+
+
+class Future:
+    """A handle to one task's result on the cluster."""
+
+    __slots__ = ("key", "client", "__weakref__")
+
+    def __init__(self, key: str, client: "Client"):
+        self.key = key
+        self.client = client
+        client._inc_ref(key)
+
+    @property
+    def status(self) -> str:
+        st = self.client._states.get(self.key)
+        return st.status if st else CANCELLED
+
+    def done(self) -> bool:
+        return self.status != PENDING
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.client.gather(self, timeout=timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        st = self.client._wait(self.key, timeout)
+        if st.status == ERROR:
+            return _build_exception(self.key, st.error or {})
+        if st.status == CANCELLED:
+            return FutureCancelledError(self.key, st.reason)
+        return None
+
+    def release(self) -> None:
+        self.client._dec_ref(self.key)
+        self.client = None  # type: ignore[assignment]
+
+    def __del__(self) -> None:
+        client = getattr(self, "client", None)
+        if client is not None:
+            try:
+                client._dec_ref(self.key)
+            except Exception:
+                pass
+
+    def __reduce__(self):
+        raise TypeError("a kwdiag Future can only be passed as a task argument of the client that owns it")
+
+    def __repr__(self) -> str:
+        return f"<Future: {self.status}, key: {self.key}>"
+
+
+class Client:
+    """Connect to a kwdiag cluster and run work on it (the Dask ``Client`` subset kwdiag supports)."""
+
+    def __init__(self, address: Any = None, *, scheduler_file: str | None = None, secret: bytes | str | None = None,
+                 timeout: float = 10.0, name: str | None = None):
+        from kwdiag.runtime.cluster import LocalCluster  # local import: cluster imports client for its own use
+
+        self.id = name or f"Client-{uuid.uuid4().hex[:12]}"
+        self.cluster: LocalCluster | None = None
+        self._owns_cluster = False
+        log_dir = os.environ.get("KWDIAG_LOG_DIR") or None
+        if isinstance(secret, str):
+            secret = bytes.fromhex(secret)
+        if address is None and scheduler_file is None:
+            scheduler_file = os.environ.get("KWDIAG_SCHEDULER_FILE") or None
+            if scheduler_file is None:
+                address = os.environ.get("KWDIAG_SCHEDULER_ADDRESS") or None
+                if address is None:
+                    address = LocalCluster()
+                    self._owns_cluster = True
+        if isinstance(address, LocalCluster):
+            self.cluster = address
+            address, secret, log_dir = address.scheduler_address, address.secret, address.log_dir
+        if scheduler_file is not None:
+            from kwdiag.runtime.entry import read_scheduler_file
+
+            address, file_secret = read_scheduler_file(scheduler_file)
+            secret = secret or file_secret
+        if secret is None and os.environ.get("KWDIAG_SECRET"):
+            secret = bytes.fromhex(os.environ["KWDIAG_SECRET"])
+        if not secret:
+            raise ValueError("no shared secret for the scheduler: pass scheduler_file=, secret=, or set KWDIAG_SECRET")
+        self.scheduler_address: str = address
+        self.secret: bytes = secret
+        self.timeout = timeout
+        self.config = config_mod.load()
+        self._loop = _LoopThread.get()
+        self._states: dict[str, _KeyState] = {}
+        self._lock = threading.Lock()
+        self._stream: Stream | None = None
+        self._workers: dict[str, Stream] = {}
+        self._closing = False
+        self.status = "connecting"
+        self.rec = Recorder("kwdiag.client", source="client", log_dir=log_dir, file_stem=f"client-{os.getpid()}")
+        self._reported_killed: set[str] = set()
+        self.versions = versions_mod.collect(self.config["versions_packages"])
+        self.handlers = {"key-in-memory": self._on_in_memory, "task-erred": self._on_erred,
+                         "key-lost": self._on_lost, "cancelled": self._on_cancelled}
+        try:
+            warning = self._loop.run(self._connect(first=True), timeout + 5)
+        except BaseException:
+            if self._owns_cluster and self.cluster is not None:
+                self.cluster.close()
+            raise
+        self.status = "running"
+        self.rec.event("client-start", f"Client {self.id} connected to {self.scheduler_address}",
+                       scheduler=self.scheduler_address)
+        if warning:
+            warnings.warn(VersionMismatchWarning(warning), stacklevel=2)
+
+    # ---------------------------------------------------------------- connection
+    async def _connect(self, first: bool) -> str | None:
+        comm = await connect(self.scheduler_address, self.secret, timeout=self.timeout)
+        stream = Stream(comm, self.handlers, on_close=self._on_scheduler_closed)
+        asyncio.ensure_future(stream.run())
+        reply = await stream.request("register-client", client=self.id, versions=self.versions, timeout=self.timeout)
+        self._stream = stream
+        return reply.get("warning")
+
+    def _on_scheduler_closed(self, stream: Stream) -> None:
+        if self._closing or stream is not self._stream:
+            return
+        self._stream = None
+        self.status = "reconnecting"
+        self.rec.event("scheduler-lost", f"Client report stream closed to scheduler {self.scheduler_address}; "
+                       "reconnecting", level="warning", address=self.scheduler_address)
+        # The scheduler keeps no records across a restart and workers drop their data: every future is void.
+        with self._lock:
+            for key, st in self._states.items():
+                if st.status in (PENDING, FINISHED):
+                    self._set(st, CANCELLED, reason="scheduler-connection-lost")
+        asyncio.ensure_future(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        started = time.monotonic()
+        deadline = started + float(self.config["reconnect_timeout"])
+        delay = 0.1
+        while not self._closing and time.monotonic() < deadline:
+            try:
+                await self._connect(first=False)
+            except (CommClosedError, OSError, asyncio.TimeoutError, RemoteError):
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            self.status = "running"
+            self.rec.event("reconnected", f"Reconnected to scheduler at {self.scheduler_address} after "
+                           f"{time.monotonic() - started:.2f}s", address=self.scheduler_address,
+                           after=round(time.monotonic() - started, 3))
+            return
+        if not self._closing:
+            self.status = "closed"
+            self.rec.event("scheduler-lost", f"Failed to reconnect to scheduler after "
+                           f"{time.monotonic() - started:.2f} seconds, closing client", level="error",
+                           address=self.scheduler_address)
+
+    def _send(self, message: dict) -> None:
+        def send() -> None:
+            if self._stream is None:
+                raise CommClosedError("not connected to the scheduler")
+            self._stream.send(message)
+        self._loop.call(send)
+
+    def _request(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
+        async def request() -> Any:
+            stream = self._stream
+            if stream is None:
+                raise CommClosedError(f"not connected to the scheduler at {self.scheduler_address}")
+            return await stream.request(op, **fields)
+        return self._loop.run(request(), timeout)
+
+    # ---------------------------------------------------------------- key states (loop thread)
+    def _set(self, st: _KeyState, status: str, reason: str = "") -> None:
+        """Change a key's state; runs on the client loop only."""
+        st.status = status
+        st.reason = reason
+        if status == PENDING:
+            st.event.clear()
+            return
+        st.event.set()
+        waiters, st.waiters = st.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _on_in_memory(self, stream: Stream, msg: dict) -> None:
+        st = self._states.get(msg["key"])
+        if st is not None:
+            st.who_has = list(msg.get("who_has") or [])
+            self._set(st, FINISHED)
+
+    def _on_erred(self, stream: Stream, msg: dict) -> None:
+        st = self._states.get(msg["key"])
+        if st is None:
+            return
+        st.error = msg["error"]
+        self._set(st, ERROR)
+        error = msg["error"] or {}
+        if error.get("type") == "killed-worker" and error.get("key") == msg["key"] \
+                and msg["key"] not in self._reported_killed:
+            self._reported_killed.add(msg["key"])
+            self.rec.event("killed-worker", f"KilledWorker: task {msg['key']!r}, last worker "
+                           f"{error.get('last_worker')}", level="error", key=msg["key"],
+                           last_worker=error.get("last_worker"), workers=error.get("workers"))
+
+    def _on_lost(self, stream: Stream, msg: dict) -> None:
+        st = self._states.get(msg["key"])
+        if st is not None and st.status == FINISHED:
+            st.who_has = []
+            self._set(st, PENDING)
+
+    def _on_cancelled(self, stream: Stream, msg: dict) -> None:
+        for key in msg["keys"]:
+            st = self._states.get(key)
+            if st is not None:
+                self._set(st, CANCELLED, reason=msg.get("reason") or "cancelled")
+
+    # ---------------------------------------------------------------- reference counting
+    def _inc_ref(self, key: str) -> None:
+        with self._lock:
+            st = self._states.get(key)
+            if st is None:
+                st = self._states[key] = _KeyState()
+            st.refcount += 1
+
+    def _dec_ref(self, key: str) -> None:
+        with self._lock:
+            st = self._states.get(key)
+            if st is None:
+                return
+            st.refcount -= 1
+            if st.refcount > 0:
+                return
+            del self._states[key]
+        if not self._closing and self.status == "running":
+            self._send({"op": "release-keys", "keys": [key]})
+
+    # ---------------------------------------------------------------- submitting
+    def submit(self, func: Any, *args: Any, key: str | None = None, workers: Any = None, pure: bool = True,
+               **kwargs: Any) -> Future:
+        """Run ``func(*args, **kwargs)`` on the cluster; futures among the arguments become dependencies."""
+        if not callable(func):
+            raise TypeError("first argument to submit must be a callable")
+        spec, deps = _dumps_spec(func, args, kwargs)
+        if key is None:
+            key = f"{_funcname(func)}-{hashlib.sha1(spec).hexdigest() if pure else uuid.uuid4().hex}"
+        future = Future(key, self)
+        self._send({"op": "update-graph", "tasks": [{"key": key, "spec": spec, "deps": deps,
+                                                     "workers": _as_list(workers)}]})
+        return future
+
+    def map(self, func: Any, *iterables: Iterable, key: str | list[str] | None = None, workers: Any = None,
+            pure: bool = True, **kwargs: Any) -> list[Future]:
+        """``submit`` for each element of the zipped iterables, sent to the scheduler in one message."""
+        if not callable(func):
+            raise TypeError("first argument to map must be a callable")
+        items = list(zip(*iterables))
+        if isinstance(key, (list, tuple)) and len(key) != len(items):
+            raise ValueError("map: the list of keys must be as long as the iterables")
+        prefix = key if isinstance(key, str) else _funcname(func)
+        tasks, futures = [], []
+        restrictions = _as_list(workers)
+        for i, args in enumerate(items):
+            spec, deps = _dumps_spec(func, args, kwargs)
+            k = key[i] if isinstance(key, (list, tuple)) else \
+                f"{prefix}-{hashlib.sha1(spec).hexdigest() if pure else uuid.uuid4().hex}"
+            futures.append(Future(k, self))
+            tasks.append({"key": k, "spec": spec, "deps": deps, "workers": restrictions})
+        if tasks:
+            self._send({"op": "update-graph", "tasks": tasks})
+        return futures
+
+    # ---------------------------------------------------------------- results
+    def _wait(self, key: str, timeout: float | None) -> _KeyState:
+        st = self._states.get(key)
+        if st is None:
+            raise FutureCancelledError(key, "released")
+        if not st.event.wait(timeout):
+            raise TimeoutError(f"timed out after {timeout} s.")
+        return st
+
+    def gather(self, futures: Any, errors: str = "raise", timeout: float | None = None) -> Any:
+        """Results of a future, or of a list/tuple/dict of futures (same shape back)."""
+        flat: list[Future] = []
+        _collect(futures, flat)
+        keys = list(dict.fromkeys(f.key for f in flat))
+        values = self._loop.run(self._gather_keys(keys, errors, timeout), None)
+        return _rebuild(futures, values)
+
+    async def _gather_keys(self, keys: list[str], errors: str, timeout: float | None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results: dict[str, Any] = {}
+        pending = list(keys)
+        while pending:
+            for key in pending:
+                st = self._states.get(key)
+                if st is None:
+                    raise FutureCancelledError(key, "released")
+                while st.status == PENDING:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(f"timed out after {timeout} s.")
+                    waiter = asyncio.get_running_loop().create_future()
+                    st.waiters.append(waiter)
+                    try:
+                        await asyncio.wait_for(waiter, remaining)
+                    except asyncio.TimeoutError:
+                        raise TimeoutError(f"timed out after {timeout} s.") from None
+            by_worker: dict[str, list[str]] = {}
+            for key in list(pending):
+                st = self._states[key]
+                if st.status in (ERROR, CANCELLED):
+                    if errors == "raise":
+                        if st.status == CANCELLED:
+                            raise FutureCancelledError(key, st.reason)
+                        raise _build_exception(key, st.error or {})
+                    pending.remove(key)
+                elif st.who_has:
+                    by_worker.setdefault(st.who_has[0], []).append(key)
+                else:
+                    self._set(st, PENDING)
+            for address, ks in by_worker.items():
+                try:
+                    stream = await self._worker(address)
+                    reply = await stream.request("get-data", keys=ks, timeout=60)
+                except (CommClosedError, RemoteError, asyncio.TimeoutError, OSError):
+                    reply = {"data": {}, "missing": ks}
+                for key, blob in reply["data"].items():
+                    results[key] = pickle.loads(blob)
+                    pending.remove(key)
+                if reply["missing"]:
+                    await self._refresh_who_has(reply["missing"], address)
+        return results
+
+    async def _refresh_who_has(self, keys: list[str], failed: str) -> None:
+        stream = self._stream
+        if stream is None:
+            await asyncio.sleep(0.05)
+            return
+        who_has = await stream.request("who-has", keys=keys)
+        for key in keys:
+            st = self._states.get(key)
+            if st is None or st.status != FINISHED:
+                continue
+            holders = [a for a in who_has.get(key) or [] if a != failed]
+            if holders:
+                st.who_has = holders
+            else:
+                st.who_has = []
+                self._set(st, PENDING)  # the scheduler will recompute it and tell us
+        await asyncio.sleep(0.01)
+
+    async def _worker(self, address: str) -> Stream:
+        stream = self._workers.get(address)
+        if stream is None or stream.closed:
+            comm = await connect(address, self.secret, timeout=self.timeout)
+            stream = Stream(comm, {})
+            asyncio.ensure_future(stream.run())
+            self._workers[address] = stream
+        return stream
+
+    # ---------------------------------------------------------------- data
+    def scatter(self, data: Any, workers: Any = None, broadcast: bool = False) -> Any:
+        """Place data on workers. It is *not* in the lineage: losing its last copy cannot be undone."""
+        if isinstance(data, dict):
+            items = list(data.items())
+        elif isinstance(data, (list, tuple, set, frozenset)):
+            items = []
+            for value in data:
+                blob = cloudpickle.dumps(value, protocol=5)
+                items.append((f"{type(value).__name__}-{hashlib.sha1(blob).hexdigest()}", value))
+        else:
+            blob = cloudpickle.dumps(data, protocol=5)
+            items = [(f"{type(data).__name__}-{hashlib.sha1(blob).hexdigest()}", data)]
+        payload = {str(k): cloudpickle.dumps(v, protocol=5) for k, v in items}
+        futures = {str(k): Future(str(k), self) for k, _ in items}
+
+        async def place() -> None:
+            if self._stream is None:
+                raise CommClosedError(f"not connected to the scheduler at {self.scheduler_address}")
+            who_has = await self._stream.request("scatter", data=payload, workers=_as_list(workers),
+                                                 broadcast=broadcast)
+            for key, holders in who_has.items():
+                st = self._states.get(key)
+                if st is not None:
+                    st.who_has = holders
+                    self._set(st, FINISHED)
+
+        self._loop.run(place(), self.timeout + 30)
+        if isinstance(data, dict):
+            return {k: futures[str(k)] for k in data}
+        if isinstance(data, (list, tuple, set, frozenset)):
+            return type(data)(futures[str(k)] for k, _ in items) if isinstance(data, (list, tuple)) else \
+                [futures[str(k)] for k, _ in items]
+        return futures[str(items[0][0])]
+
+    def replicate(self, futures: Any, n: int | None = None) -> dict:
+        flat: list[Future] = []
+        _collect(futures, flat)
+        return self._request("replicate", keys=[f.key for f in flat], n=n, timeout=120)
+
+    def who_has(self, futures: Any = None) -> dict[str, list[str]]:
+        keys = None
+        if futures is not None:
+            flat: list[Future] = []
+            _collect(futures, flat)
+            keys = [f.key for f in flat]
+        return self._request("who-has", keys=keys, timeout=self.timeout)
+
+    # ---------------------------------------------------------------- cluster
+    def run(self, function: Any, *args: Any, workers: Any = None, **kwargs: Any) -> dict[str, Any]:
+        """Run ``function`` on every worker (or those named); ``{address: result}``."""
+        spec = cloudpickle.dumps((function, args, kwargs), protocol=5)
+        replies = self._request("run", spec=spec, workers=_as_list(workers), timeout=None)
+        out = {}
+        for address, reply in replies.items():
+            if reply.get("status") == "ok":
+                out[address] = pickle.loads(reply["result"])
+            elif reply.get("status") == "error":
+                raise _build_exception("run", {"type": "exception", **reply})
+            else:
+                raise CommClosedError(f"run on {address} failed: {reply.get('message')}")
+        return out
+
+    def scheduler_info(self) -> dict:
+        return self._request("scheduler-info", timeout=self.timeout)
+
+    def retire_workers(self, workers: Any = None, close_workers: bool = True) -> dict:
+        names = _as_list(workers)
+        if names is None:
+            raise ValueError("retire_workers needs the addresses or names of the workers to retire")
+        return self._request("retire-workers", workers=names, timeout=120)
+
+    def restart(self, timeout: float = 60) -> "Client":
+        """Kill every worker, flush the scheduler's task state, and wait for the workers to come back."""
+        self._request("restart", timeout=timeout + 10, **{"timeout": timeout})
+        return self
+
+    def get_versions(self, check: bool = False, packages: list[str] | None = None) -> dict:
+        info = self._request("get-versions", timeout=self.timeout)
+        info["client"] = versions_mod.collect([*self.config["versions_packages"], *(packages or [])])
+        if check:
+            compared = info["compared"] + [p for p in packages or [] if p not in info["compared"]]
+            rows: dict[str, dict[str, Any]] = {}
+            peers = {"client": info["client"], **{f"worker {a}": v for a, v in info["workers"].items()}}
+            for peer, peer_versions in peers.items():
+                for diff in versions_mod.differences(info["scheduler"], peer_versions, compared):
+                    rows.setdefault(diff["package"], {"scheduler": diff["ours"]})[peer] = diff["theirs"]
+            if rows:
+                lines = ["Mismatched versions found", ""]
+                for package, row in sorted(rows.items()):
+                    lines.append(f"  {package}: scheduler={row.pop('scheduler')}; "
+                                 + "; ".join(f"{peer}={v}" for peer, v in row.items()))
+                raise VersionMismatchError("\n".join(lines))
+        return info
+
+    def recreate_error_locally(self, future: Future) -> None:
+        """Rerun the task that made ``future`` fail, here, so its exception is raised in this process."""
+        st = self._wait(future.key, None)
+        if st.status != ERROR:
+            raise ValueError(f"{future.key!r} did not fail (status {st.status})")
+        if (st.error or {}).get("type") != "exception":
+            raise _build_exception(future.key, st.error or {})
+        info = self._request("get-task-spec", key=future.key, timeout=self.timeout)
+        if info["missing"]:
+            raise ValueError(f"cannot recreate {info['key']!r} locally: its inputs {info['missing']} are no longer "
+                             "in memory")
+
+        async def fetch() -> dict:
+            values: dict[str, Any] = {}
+            for key, holders in info["deps"].items():
+                for address in holders:
+                    try:
+                        reply = await (await self._worker(address)).request("get-data", keys=[key], timeout=60)
+                    except (CommClosedError, RemoteError):
+                        continue
+                    if key in reply["data"]:
+                        values[key] = pickle.loads(reply["data"][key])
+                        break
+            return values
+
+        from kwdiag.runtime.worker import load_spec
+
+        values = self._loop.run(fetch(), None)
+        fn, args, kwargs = load_spec(info["spec"], values)
+        fn(*args, **kwargs)
+        raise RuntimeError(f"task {info['key']!r} did not raise when rerun locally (is it non-deterministic?)")
+
+    # ---------------------------------------------------------------- closing
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self.status = "closed"
+
+        async def shutdown() -> None:
+            for stream in [self._stream, *self._workers.values()]:
+                if stream is not None:
+                    await stream.drain(1.0)
+                    stream.close()
+        try:
+            self._loop.run(shutdown(), 5)
+        except Exception:
+            pass
+        self.rec.close()
+        if self._owns_cluster and self.cluster is not None:
+            self.cluster.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Client: {self.scheduler_address!r} status={self.status}>"
+
+
+def _as_list(workers: Any) -> list[str] | None:
+    if workers is None:
+        return None
+    if isinstance(workers, str):
+        return [workers]
+    return [str(w) for w in workers]
+
+
+def _collect(obj: Any, out: list[Future]) -> None:
+    if isinstance(obj, Future):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple, set)):
+        for item in obj:
+            _collect(item, out)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            _collect(item, out)
+
+
+def _rebuild(obj: Any, values: dict[str, Any]) -> Any:
+    if isinstance(obj, Future):
+        return values.get(obj.key)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_rebuild(item, values) for item in obj)
+    if isinstance(obj, set):
+        return [_rebuild(item, values) for item in obj]
+    if isinstance(obj, dict):
+        return {k: _rebuild(v, values) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,235 @@
+"""``LocalCluster``: a scheduler and N workers (with nannies by default) as local processes.
+
+Covers: choosing the log directory (argument, ``KWDIAG_LOG_DIR``, else a fresh temporary
+folder) and failing early if it cannot be written; starting the scheduler and workers as
+separate processes that share a freshly generated secret (passed in the environment, never on
+a command line), each with its stderr captured to ``<log_dir>/<name>.log``; waiting until the
+workers have registered; scaling; and closing everything — also when the owning process
+forgets to, or dies (children watch their parent).
+
+Does not cover: talking to the cluster on a user's behalf (``Client`` does), or remote hosts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from typing import Any
+
+from kwdiag.runtime import config as config_mod
+from kwdiag.runtime.comm import CommClosedError, connect
+from kwdiag.runtime.core import Stream
+
+_LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    for cluster in list(_LIVE):
+        cluster.close()
+
+
+atexit.register(_close_all_at_exit)
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class LocalCluster:
+    """Start a kwdiag cluster on this machine (Dask's ``LocalCluster`` arguments where they apply)."""
+
+    def __init__(self, n_workers: int = 2, threads_per_worker: int = 1, memory_limit: Any = "auto",
+                 nanny: bool = True, scheduler_kwargs: dict | None = None, log_dir: str | None = None,
+                 host: str = "127.0.0.1", scheduler_port: int = 0, config: dict | None = None,
+                 timeout: float = 30.0, env: dict | None = None, processes: bool = True):
+        if not processes:
+            raise ValueError("kwdiag's LocalCluster always runs workers as processes (processes=True)")
+        overrides = {**(config or {}), **(scheduler_kwargs or {})}
+        self.config = config_mod.load(overrides)  # validates the keys
+        self._env_overrides = {f"KWDIAG_{k.replace('-', '_').upper()}": ",".join(v) if isinstance(v, list) else str(v)
+                               for k, v in overrides.items()}
+        self.n_threads = threads_per_worker
+        self.nanny = nanny
+        self.host = host
+        self.timeout = timeout
+        self.extra_env = dict(env or {})
+        if memory_limit == "auto":
+            import psutil
+            memory_limit = psutil.virtual_memory().total // max(1, n_workers)
+        self.memory_limit = config_mod.parse_bytes(memory_limit)
+        self.log_dir = os.path.abspath(log_dir or os.environ.get("KWDIAG_LOG_DIR") or
+                                       tempfile.mkdtemp(prefix="kwdiag-cluster-"))
+        _check_writable(self.log_dir)
+        self.secret = secrets.token_bytes(32)
+        self.scheduler_file = os.path.join(self.log_dir, "scheduler.json")
+        self.processes: dict[str, subprocess.Popen] = {}
+        self._next_worker = 0
+        self._closed = False
+        self.scheduler_address = ""
+        _LIVE.add(self)
+        try:
+            self._start_scheduler(scheduler_port)
+            for _ in range(n_workers):
+                self._start_worker()
+            self.wait_for_workers(n_workers, timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- processes
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        env = {**os.environ, **self.extra_env, **self._env_overrides, "KWDIAG_SECRET": self.secret.hex(),
+               "PYTHONUNBUFFERED": "1"}
+        env.pop("KWDIAG_SCHEDULER_FILE", None)
+        log = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "kwdiag.runtime.entry", *args], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, env=env, start_new_session=True)
+        finally:
+            log.close()
+        self.processes[name] = proc
+        return proc
+
+    def _start_scheduler(self, port: int) -> None:
+        try:
+            os.unlink(self.scheduler_file)
+        except FileNotFoundError:
+            pass
+        proc = self._spawn("scheduler", ["scheduler", "--host", self.host, "--port", str(port), "--scheduler-file",
+                                         self.scheduler_file, "--log-dir", self.log_dir,
+                                         "--watch-parent", str(os.getpid())])
+        deadline = time.monotonic() + self.timeout
+        while not os.path.exists(self.scheduler_file):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the scheduler exited with status {proc.returncode} before it started:\n"
+                                   + _tail(os.path.join(self.log_dir, "scheduler.log")))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the scheduler did not start within {self.timeout:g}s")
+            time.sleep(0.01)
+        from kwdiag.runtime.entry import read_scheduler_file
+
+        self.scheduler_address, _ = read_scheduler_file(self.scheduler_file)
+
+    def _start_worker(self) -> str:
+        name = f"worker-{self._next_worker}"
+        self._next_worker += 1
+        args = ["worker", "--scheduler-file", self.scheduler_file, "--name", name, "--nthreads", str(self.n_threads),
+                "--host", self.host, "--log-dir", self.log_dir, "--watch-parent", str(os.getpid())]
+        if self.memory_limit:
+            args += ["--memory-limit", str(self.memory_limit)]
+        if not self.nanny:
+            args.append("--no-nanny")
+        self._spawn(name, args)
+        return name
+
+    # ---------------------------------------------------------------- talking to the scheduler
+    def _scheduler_request(self, op: str, timeout: float = 10.0, **fields: Any) -> Any:
+        from kwdiag.runtime.client import _LoopThread
+
+        async def request() -> Any:
+            comm = await connect(self.scheduler_address, self.secret, timeout=timeout)
+            stream = Stream(comm, {})
+            reader = asyncio.ensure_future(stream.run())
+            try:
+                return await stream.request(op, timeout=timeout, **fields)
+            finally:
+                stream.close()
+                reader.cancel()
+        return _LoopThread.get().run(request(), timeout + 5)
+
+    def scheduler_info(self) -> dict:
+        return self._scheduler_request("scheduler-info")
+
+    def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            workers = self.scheduler_info()["workers"]
+            if len(workers) >= n:
+                return
+            dead = [name for name, p in self.processes.items() if name != "scheduler" and p.poll() is not None]
+            if time.monotonic() > deadline:
+                detail = "".join(f"\n--- {name}.log ---\n{_tail(os.path.join(self.log_dir, name + '.log'))}"
+                                 for name in dead)
+                raise TimeoutError(f"only {len(workers)} of {n} workers registered within "
+                                   f"{timeout or self.timeout:g}s{detail}")
+            time.sleep(0.02)
+
+    @property
+    def workers(self) -> dict:
+        """``{address: info}`` of the registered workers (info has ``name`` and ``pid``)."""
+        return self.scheduler_info()["workers"]
+
+    def scale(self, n: int) -> None:
+        """Grow to ``n`` workers, or retire the newest ones down to ``n``."""
+        current = [name for name, p in self.processes.items() if name != "scheduler" and p.poll() is None]
+        if n > len(current):
+            for _ in range(n - len(current)):
+                self._start_worker()
+            self.wait_for_workers(n)
+        elif n < len(current):
+            doomed = sorted(current, key=lambda s: int(s.rsplit("-", 1)[1]))[n:]
+            self._scheduler_request("retire-workers", workers=doomed, timeout=60)
+            for name in doomed:
+                try:
+                    self.processes[name].wait(self.timeout)
+                except subprocess.TimeoutExpired:
+                    self.processes[name].kill()
+
+    # ---------------------------------------------------------------- closing
+    def close(self, timeout: float = 15.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        scheduler = self.processes.get("scheduler")
+        if scheduler is not None and scheduler.poll() is None and self.scheduler_address:
+            try:
+                self._scheduler_request("close-cluster", timeout=timeout)
+            except (CommClosedError, OSError, TimeoutError, Exception):
+                pass
+        deadline = time.monotonic() + timeout
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+        for proc in self.processes.values():
+            try:
+                proc.wait(3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalCluster({self.scheduler_address!r}, workers={len(self.processes) - 1}, log_dir={self.log_dir!r})"
+
+
+def _check_writable(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".kwdiag-write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("x")
+        os.unlink(probe)
+    except OSError as exc:
+        raise OSError(f"log directory {path} is not writable ({exc.strerror or exc}); worker deaths could not be "
+                      "recorded. Pass log_dir= or set KWDIAG_LOG_DIR to a writable folder.") from None

@@ -1,0 +1,175 @@
+"""Process entry points: ``python -m kwdiag.runtime.entry scheduler|nanny|worker|worker-process``.
+
+Covers: parsing one process's arguments, reading the shared secret (``KWDIAG_SECRET`` hex or a
+scheduler file — never a command-line argument, which other users can read in ``ps``), setting
+up stderr logging, and running the process's event loop. Kept free of typer and rich so a
+replacement worker starts fast; ``kwdiag scheduler`` / ``kwdiag worker`` call these functions.
+
+Does not cover: choosing what to start (``runtime.cluster`` and the CLI do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import sys
+
+from kwdiag.runtime import config as config_mod
+from kwdiag.runtime.record import setup_logging
+
+
+class StartupError(Exception):
+    """Bad arguments or an unreadable secret: one line for the user, exit code 2."""
+
+
+def read_scheduler_file(path: str) -> tuple[str, bytes | None]:
+    try:
+        with open(path) as f:
+            info = json.load(f)
+        address = info["address"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StartupError(f"cannot read scheduler file {path}: {exc}") from None
+    secret = bytes.fromhex(info["secret"]) if info.get("secret") else None
+    return address, secret
+
+
+def resolve_secret(explicit: bytes | None = None) -> bytes | None:
+    if explicit:
+        return explicit
+    raw = os.environ.get("KWDIAG_SECRET")
+    if raw:
+        try:
+            return bytes.fromhex(raw)
+        except ValueError:
+            raise StartupError("KWDIAG_SECRET must be hex") from None
+    return None
+
+
+def resolve_scheduler(address: str | None, scheduler_file: str | None) -> tuple[str, bytes]:
+    secret = None
+    if scheduler_file:
+        address, secret = read_scheduler_file(scheduler_file)
+    if not address:
+        raise StartupError("give the scheduler's ADDRESS or --scheduler-file")
+    secret = resolve_secret(secret)
+    if not secret:
+        raise StartupError("no shared secret: pass --scheduler-file (written by `kwdiag scheduler`) or set "
+                           "KWDIAG_SECRET to the scheduler's secret")
+    return address, secret
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def start_scheduler(*, host: str, port: int, scheduler_file: str | None, log_dir: str | None,
+                    config: dict, watch_parent: int | None = None) -> None:
+    from kwdiag.runtime.scheduler import run_scheduler
+
+    secret = resolve_secret() or secrets.token_bytes(32)
+    setup_logging()
+    asyncio.run(run_scheduler(secret=secret, config=config, log_dir=log_dir, host=host, port=port,
+                              scheduler_file=scheduler_file, watch_parent=watch_parent))
+
+
+def start_worker(*, address: str | None, scheduler_file: str | None, nanny: bool, name: str | None,
+                 nthreads: int, memory_limit: int | None, lifetime: float | None, host: str,
+                 log_dir: str | None, config: dict, preload: list[str] = (), watch_parent: int | None = None) -> None:
+    address, secret = resolve_scheduler(address, scheduler_file)
+    name = name or default_name()
+    setup_logging()
+    if nanny:
+        from kwdiag.runtime.nanny import run_nanny
+
+        asyncio.run(run_nanny(name=name, scheduler_address=address, secret=secret, config=config, nthreads=nthreads,
+                              memory_limit=memory_limit, log_dir=log_dir, host=host, lifetime=lifetime,
+                              preload=list(preload), watch_parent=watch_parent))
+    else:
+        from kwdiag.runtime.worker import run_worker
+
+        asyncio.run(run_worker(name=name, scheduler_address=address, secret=secret, config=config,
+                               nthreads=nthreads, memory_limit=memory_limit, log_dir=log_dir, host=host,
+                               nanny_address=None, incarnation=1, lifetime=lifetime, status_fd=None,
+                               control_fd=None, preload=list(preload)))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kwdiag.runtime.entry")
+    sub = parser.add_subparsers(dest="role", required=True)
+    s = sub.add_parser("scheduler")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=0)
+    s.add_argument("--scheduler-file")
+    s.add_argument("--log-dir")
+    s.add_argument("--watch-parent", type=int)
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    for role in ("worker", "worker-process"):
+        w = sub.add_parser(role)
+        w.add_argument("--scheduler", dest="address")
+        w.add_argument("--scheduler-file")
+        w.add_argument("--name")
+        w.add_argument("--nthreads", type=int, default=1)
+        w.add_argument("--memory-limit")
+        w.add_argument("--lifetime")
+        w.add_argument("--host", default="127.0.0.1")
+        w.add_argument("--log-dir")
+        w.add_argument("--preload", action="append", default=[])
+        w.add_argument("--watch-parent", type=int)
+        w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+        if role == "worker":
+            w.add_argument("--no-nanny", action="store_true")
+        else:
+            w.add_argument("--nanny-address")
+            w.add_argument("--incarnation", type=int, default=1)
+            w.add_argument("--status-fd", type=int)
+            w.add_argument("--control-fd", type=int)
+    return parser
+
+
+def _overrides(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise StartupError(f"--set takes KEY=VALUE, not {pair!r}")
+        out[key] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        config = config_mod.load(_overrides(args.set))
+        if args.role == "scheduler":
+            start_scheduler(host=args.host, port=args.port, scheduler_file=args.scheduler_file, log_dir=args.log_dir,
+                            config=config, watch_parent=args.watch_parent)
+            return
+        memory_limit = config_mod.parse_bytes(args.memory_limit)
+        lifetime = config_mod.parse_timedelta(args.lifetime)
+        if args.role == "worker":
+            start_worker(address=args.address, scheduler_file=args.scheduler_file, nanny=not args.no_nanny,
+                         name=args.name, nthreads=args.nthreads, memory_limit=memory_limit, lifetime=lifetime,
+                         host=args.host, log_dir=args.log_dir, config=config, preload=args.preload,
+                         watch_parent=args.watch_parent)
+            return
+        # worker-process: the child of a nanny
+        from kwdiag.runtime.worker import run_worker
+
+        address, secret = resolve_scheduler(args.address, args.scheduler_file)
+        setup_logging()
+        asyncio.run(run_worker(name=args.name or default_name(), scheduler_address=address, secret=secret,
+                               config=config, nthreads=args.nthreads, memory_limit=memory_limit,
+                               log_dir=args.log_dir, host=args.host, nanny_address=args.nanny_address,
+                               incarnation=args.incarnation, lifetime=lifetime, status_fd=args.status_fd,
+                               control_fd=args.control_fd, preload=args.preload))
+    except (StartupError, ValueError) as exc:
+        print(f"kwdiag: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""The nanny: a separate process that starts its worker, watches it, and records how it died.
+
+Covers: spawning the worker process (a fresh interpreter), relaying and keeping the tail of
+its stderr, sampling the memory of its whole process tree (psutil) and terminating it past
+``memory_terminate_fraction`` of its limit, noticing its exit at once and recording it as a
+``worker-exit`` event with the exit code or signal, the memory samples, the tasks that were
+running and whether the nanny itself caused it; restarting it with back-off when deaths come
+too fast; and the scheduler's requests to restart, kill or close.
+
+Does not cover: running tasks or talking to the scheduler about them (the worker does), or
+unpickling anything (the nanny never needs to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from kwdiag.runtime import versions as versions_mod
+from kwdiag.runtime.comm import Listener
+from kwdiag.runtime.core import Stream
+from kwdiag.runtime.record import Recorder
+from kwdiag.runtime.config import format_bytes
+
+logger = logging.getLogger("kwdiag.nanny")
+
+EXIT_REFUSED = 78
+SAMPLES_KEPT_SECONDS = 30.0
+STDERR_TAIL_LINES = 40
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _tree_rss(pid: int) -> int | None:
+    """Resident memory of ``pid`` and all its descendants; None once it is gone. (The one psutil seam.)"""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        total = proc.memory_info().rss
+        for child in proc.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+    except psutil.Error:
+        return None
+
+
+class Nanny:
+    def __init__(self, *, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int = 1,
+                 memory_limit: int | None = None, log_dir: str | None = None, host: str = "127.0.0.1",
+                 lifetime: float | None = None, preload: list[str] = (), worker_env: dict | None = None):
+        self.name = name
+        self.scheduler_address = scheduler_address
+        self.secret = secret
+        self.config = config
+        self.nthreads = nthreads
+        self.memory_limit = memory_limit
+        self.log_dir = log_dir
+        self.host = host
+        self.lifetime = lifetime
+        self.preload = list(preload)
+        self.worker_env = worker_env or {}
+        self.fraction = float(config["memory_terminate_fraction"])
+        self.rec = Recorder("kwdiag.nanny", source="nanny", log_dir=log_dir, file_stem=f"nanny-{name}", worker=name)
+        self.address = ""
+        self.proc: asyncio.subprocess.Process | None = None
+        self.incarnation = 0
+        self.worker_address: str | None = None
+        self.running: set[str] = set()
+        self.leaving_reason: str | None = None   # the worker said it is leaving on purpose
+        self.caused_by: str | None = None        # what the nanny did to end the current worker
+        self.samples: collections.deque = collections.deque()
+        self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.started_at = 0.0
+        self.deaths: collections.deque = collections.deque()
+        self.closing: str | None = None
+        self._exited: asyncio.Event | None = None
+        self._done = asyncio.Event()
+        self._io_tasks: list[asyncio.Task] = []
+        self.handlers = {"restart": self.handle_restart, "kill": self.handle_kill, "close": self.handle_close}
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        self._listener = Listener(self.secret, self._on_comm, self._on_refused)
+        self.address = await self._listener.start(self.host, 0)
+        self.rec.event("nanny-start", f"        Start Nanny at: {self.address!r}", address=self.address,
+                       memory_limit=self.memory_limit, terminate_fraction=self.fraction, pid=os.getpid(),
+                       versions=versions_mod.collect(self.config["versions_packages"]))
+        await self.spawn()
+        asyncio.ensure_future(self._monitor_memory())
+
+    async def _on_comm(self, comm) -> None:
+        await Stream(comm, self.handlers, on_bad_frame=self._on_bad_frame).run()
+
+    def _on_refused(self, peer: str, reason: str) -> None:
+        self.rec.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
+                       reason=reason)
+
+    def _on_bad_frame(self, stream: Stream, reason: str) -> None:
+        self.rec.event("bad-frame", f"Closing connection from {stream.peer}: {reason}", level="error",
+                       peer=stream.peer, reason=reason)
+
+    async def spawn(self) -> None:
+        self.incarnation += 1
+        self.running.clear()
+        self.leaving_reason = None
+        self.caused_by = None
+        self.worker_address = None
+        self.samples.clear()
+        self.stderr_tail.clear()
+        status_r, status_w = os.pipe()
+        control_r, control_w = os.pipe()
+        cmd = [sys.executable, "-m", "kwdiag.runtime.entry", "worker-process",
+               "--scheduler", self.scheduler_address, "--name", self.name, "--nthreads", str(self.nthreads),
+               "--host", self.host, "--nanny-address", self.address, "--incarnation", str(self.incarnation),
+               "--status-fd", str(status_w), "--control-fd", str(control_r)]
+        if self.memory_limit:
+            cmd += ["--memory-limit", str(self.memory_limit)]
+        if self.log_dir:
+            cmd += ["--log-dir", self.log_dir]
+        if self.lifetime:
+            cmd += ["--lifetime", str(self.lifetime)]
+        for module in self.preload:
+            cmd += ["--preload", module]
+        env = {**os.environ, **self.worker_env, "KWDIAG_SECRET": self.secret.hex()}
+        self.proc = await asyncio.create_subprocess_exec(
+            *cmd, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            pass_fds=(status_w, control_r), env=env)
+        os.close(status_w)
+        os.close(control_r)
+        self._control = os.fdopen(control_w, "wb", buffering=0)
+        self.started_at = time.time()
+        self._exited = asyncio.Event()
+        self.rec.event("worker-spawn", f"Started worker process {self.proc.pid} (incarnation {self.incarnation})",
+                       pid=self.proc.pid, incarnation=self.incarnation)
+        proc = self.proc
+        self._io_tasks = [asyncio.ensure_future(self._relay_stderr(proc)),
+                          asyncio.ensure_future(self._read_status(status_r))]
+        asyncio.ensure_future(self._wait_exit(proc))
+
+    async def _relay_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        out = sys.stderr.buffer
+        while True:
+            line = await proc.stderr.readline()
+            if not line:
+                return
+            out.write(line)
+            out.flush()
+            self.stderr_tail.append(line.decode("utf-8", "replace").rstrip("\n"))
+
+    async def _read_status(self, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        pipe = os.fdopen(fd, "rb", buffering=0)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                kind, _, arg = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
+                if kind == "S":
+                    self.running.add(arg)
+                elif kind == "F":
+                    self.running.discard(arg)
+                elif kind == "R":
+                    self.running = set(filter(None, arg.split("\t")))
+                elif kind == "C":
+                    self.leaving_reason = arg
+                elif kind == "A":
+                    self.worker_address = arg
+        finally:
+            transport.close()
+
+    async def _wait_exit(self, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        # Read what the worker said last before judging its exit.
+        await asyncio.wait(self._io_tasks, timeout=1.0)
+        try:
+            self._control.close()
+        except OSError:
+            pass
+        now = time.time()
+        signum = -code if code < 0 else None
+        leaving = self.leaving_reason
+        will_restart = self._should_restart(code, leaving)
+        samples = [[round(t, 3), rss] for t, rss in self.samples]
+        if signum:
+            text = f"Worker process {proc.pid} was killed by signal {signum} ({signal_name(signum)})"
+        else:
+            text = f"Worker process {proc.pid} exited with status {code}"
+        level = "info" if (code == 0 or self.caused_by in ("shutdown", "restart")) else "warning"
+        self.rec.event("worker-exit", text, level=level, pid=proc.pid, incarnation=self.incarnation,
+                       exitcode=code, signal=signum, signal_name=signal_name(signum) if signum else None,
+                       caused_by=self.caused_by, leaving_reason=leaving, address=self.worker_address,
+                       memory_limit=self.memory_limit, terminate_fraction=self.fraction,
+                       peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
+                       running_tasks=sorted(self.running), stderr_tail=list(self.stderr_tail),
+                       uptime=round(now - self.started_at, 3), will_restart=will_restart)
+        self._exited.set()
+        if not will_restart:
+            if not self.closing:
+                why = {EXIT_REFUSED: "the scheduler refused the worker"}.get(code, f"the worker left ({leaving})")
+                await self.close(f"nanny-close-gracefully: {why}", worker_already_gone=True)
+            return
+        if self.caused_by == "restart":
+            return  # handle_restart spawns the next one itself
+        logger.warning("Restarting worker (incarnation %d ended)", self.incarnation)
+        await self._backoff()
+        if not self.closing:
+            await self.spawn()
+
+    def _should_restart(self, code: int, leaving: str | None) -> bool:
+        if self.closing or code == EXIT_REFUSED:
+            return False
+        if self.caused_by in ("memory", "restart", "heartbeat-timeout", "kill"):
+            return True
+        if leaving and code == 0:
+            return False  # it chose to exit: retirement, lifetime, a lost scheduler
+        return True
+
+    async def _backoff(self) -> None:
+        now = time.monotonic()
+        window = float(self.config["restart_backoff_window"])
+        self.deaths.append(now)
+        while self.deaths and now - self.deaths[0] > window:
+            self.deaths.popleft()
+        excess = len(self.deaths) - int(self.config["restart_backoff_after"])
+        if excess < 0:
+            return
+        delay = min(float(self.config["restart_backoff_max"]), 0.5 * 2 ** excess)
+        self.rec.event("restart-backoff", f"Worker died {len(self.deaths)} times in {window:.0f}s; waiting "
+                       f"{delay:.1f}s before restarting it", level="warning", delay=delay,
+                       recent_deaths=len(self.deaths))
+        await asyncio.sleep(delay)
+
+    # ---------------------------------------------------------------- memory
+    async def _monitor_memory(self) -> None:
+        interval = float(self.config["memory_monitor_interval"])
+        while not self.closing:
+            proc = self.proc
+            if proc is not None and proc.returncode is None:
+                rss = _tree_rss(proc.pid)
+                if rss is not None:
+                    now = time.time()
+                    self.samples.append((now, rss))
+                    while self.samples and now - self.samples[0][0] > SAMPLES_KEPT_SECONDS:
+                        self.samples.popleft()
+                    if (self.memory_limit and rss > self.fraction * self.memory_limit
+                            and self.caused_by is None):
+                        await self._terminate_for_memory(proc, rss)
+            await asyncio.sleep(interval)
+
+    async def _terminate_for_memory(self, proc: asyncio.subprocess.Process, rss: int) -> None:
+        self.caused_by = "memory"
+        self.rec.event("nanny-memory-terminate",
+                       f"Worker {self.worker_address} (pid={proc.pid}) exceeded {self.fraction * 100:.0f}% memory "
+                       f"budget ({format_bytes(rss)} of {format_bytes(self.memory_limit)}). Restarting...",
+                       level="warning", pid=proc.pid, rss=rss, memory_limit=self.memory_limit,
+                       terminate_fraction=self.fraction, running_tasks=sorted(self.running),
+                       samples=[[round(t, 3), r] for t, r in list(self.samples)[-50:]])
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._exited.wait()), self.config["memory_kill_grace"])
+        except asyncio.TimeoutError:
+            logger.warning("Worker %s (pid=%d) is slow to accept SIGTERM; sending SIGKILL", self.worker_address,
+                           proc.pid)
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+
+    # ---------------------------------------------------------------- requests and shutdown
+    async def _kill_worker(self, caused_by: str, graceful: bool, reason: str) -> None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        self.caused_by = caused_by
+        if graceful:
+            logger.info("Nanny asking worker to close. Reason: %s", reason)
+            try:
+                self._control.write(f"close {reason}\n".encode())
+            except (OSError, ValueError):
+                pass
+            try:
+                await asyncio.wait_for(asyncio.shield(self._exited.wait()), self.config["close_timeout"])
+                return
+            except asyncio.TimeoutError:
+                logger.warning("Worker process still alive after %.1f seconds, killing",
+                               self.config["close_timeout"])
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+        await self._exited.wait()
+
+    async def handle_restart(self, stream: Stream, msg: dict) -> dict:
+        reason = msg.get("reason") or "restart"
+        logger.info("Nanny asked to restart its worker. Reason: %s", reason)
+        await self._kill_worker("restart", graceful=False, reason=reason)
+        if not self.closing:
+            await self.spawn()
+        return {"status": "ok", "pid": self.proc.pid if self.proc else None}
+
+    async def handle_kill(self, stream: Stream, msg: dict) -> dict:
+        reason = msg.get("reason") or "kill"
+        logger.info("Nanny asked to kill its worker. Reason: %s", reason)
+        await self._kill_worker(reason if reason == "heartbeat-timeout" else "kill", graceful=False, reason=reason)
+        return {"status": "ok"}
+
+    async def handle_close(self, stream: Stream, msg: dict) -> dict:
+        asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.close(msg.get("reason") or "close")))
+        return {"status": "ok"}
+
+    async def close(self, reason: str, worker_already_gone: bool = False) -> None:
+        if self.closing:
+            return
+        self.closing = reason
+        logger.info("Closing Nanny at %r. Reason: %s", self.address, reason)
+        if not worker_already_gone:
+            await self._kill_worker("shutdown", graceful=True, reason=reason)
+        self.rec.event("nanny-close", f"Nanny at {self.address!r} closed.", reason=reason)
+        self.rec.close()
+        self._listener.stop()
+        self._done.set()
+
+
+async def run_nanny(*, watch_parent: int | None = None, **kwargs: Any) -> None:
+    nanny = Nanny(**kwargs)
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: int) -> None:
+        logger.info("Received signal %s (%d)", signal_name(sig), sig)
+        if nanny.closing:
+            os._exit(128 + sig)
+        asyncio.ensure_future(nanny.close(f"signal-{sig}"))
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    await nanny.start()
+    if watch_parent:
+        async def watch() -> None:
+            while os.getppid() == watch_parent and not nanny.closing:
+                await asyncio.sleep(0.5)
+            await nanny.close("parent-died")
+        asyncio.ensure_future(watch())
+    await nanny._done.wait()

@@ -1,0 +1,57 @@
+"""How runtime processes say what happened: human text on stderr and JSONL events, together.
+
+Covers: the stderr logging format (Dask's layout, so people and kwdiag's readers see one
+shape), and ``Recorder``, whose ``event()`` writes one fact both as a text line and as a
+``kwdiag.events`` JSONL line (flushed at once) in the process's log directory.
+Does not cover: what the events mean, or where the log directory is chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from kwdiag.events import EventWriter
+
+TEXT_FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+def setup_logging(level: str | int = "info") -> None:
+    """Send ``kwdiag.*`` loggers to stderr in the text format (idempotent)."""
+    root = logging.getLogger("kwdiag")
+    if any(getattr(h, "_kwdiag", False) for h in root.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler._kwdiag = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(_LEVELS.get(level, level) if isinstance(level, str) else level)
+    root.propagate = False
+
+
+class Recorder:
+    """One process's voice: ``event()`` logs a line and records the same fact as JSONL."""
+
+    def __init__(self, logger_name: str, *, source: str, log_dir: str | None, file_stem: str,
+                 worker: str | None = None):
+        self.logger = logging.getLogger(logger_name)
+        self.source = source
+        self.worker = worker
+        self.writer: EventWriter | None = None
+        if log_dir:
+            self.writer = EventWriter(os.path.join(log_dir, f"{file_stem}.jsonl"), source=source, worker=worker)
+
+    def event(self, kind: str, message: str, *, level: str = "info", worker: str | None = None,
+              exc_info: bool = False, **fields: Any) -> None:
+        self.logger.log(_LEVELS[level], "%s", message, exc_info=exc_info)
+        if self.writer is not None:
+            self.writer.emit(kind, level=level, message=message, worker=worker, **fields)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

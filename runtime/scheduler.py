@@ -1,0 +1,893 @@
+"""The scheduler: task state, placement, worker lifecycle, blame, and the lineage it keeps.
+
+Covers: registering workers and clients; a task state machine (``waiting`` -> ``ready`` ->
+``processing`` -> ``memory`` | ``erred``, and ``released``) over a graph whose edges are kept
+so lost results can be recomputed; noticing departures (deregistration, a closed connection,
+missed heartbeats past the time-to-live) and recording each removal as a ``worker-removed``
+event with how and how fast it was noticed; counting each unexpected death against the tasks
+that were *executing* on the worker (not merely queued there) and failing a task with
+KilledWorker past ``allowed_failures``; scatter, replicate, retire, restart, run, versions.
+
+Does not cover: unpickling anything (task payloads, results and exceptions pass through as
+opaque bytes), running tasks (``runtime.worker``), or supervising processes (``runtime.nanny``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import json
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+from kwdiag.runtime import versions as versions_mod
+from kwdiag.runtime.comm import CommClosedError, Listener, connect
+from kwdiag.runtime.core import Stream
+from kwdiag.runtime.record import Recorder
+
+logger = logging.getLogger("kwdiag.scheduler")
+
+# Task states
+WAITING, READY, PROCESSING, MEMORY, ERRED, RELEASED = "waiting", "ready", "processing", "memory", "erred", "released"
+ACTIVE = (WAITING, READY, PROCESSING)
+
+
+class TaskState:
+    __slots__ = ("key", "run_spec", "deps", "dependents", "state", "who_has", "processing_on", "executing",
+                 "suspicious", "death_workers", "error", "wanted_by", "restrictions", "waiting_on", "priority",
+                 "nbytes", "scattered", "missing_retries")
+
+    def __init__(self, key: str, run_spec: bytes | None, priority: int):
+        self.key = key
+        self.run_spec = run_spec
+        self.deps: set[TaskState] = set()
+        self.dependents: set[TaskState] = set()
+        self.state = RELEASED
+        self.who_has: set[WorkerState] = set()
+        self.processing_on: WorkerState | None = None
+        self.executing = False
+        self.suspicious = 0
+        self.death_workers: list[str] = []
+        self.error: dict | None = None
+        self.wanted_by: set[str] = set()
+        self.restrictions: set[str] | None = None
+        self.waiting_on: set[TaskState] = set()
+        self.priority = priority
+        self.nbytes = 0
+        self.scattered = run_spec is None
+        self.missing_retries = 0
+
+    def __repr__(self) -> str:
+        return f"<Task {self.key!r} {self.state}>"
+
+
+class WorkerState:
+    __slots__ = ("address", "name", "nthreads", "memory_limit", "nanny", "pid", "incarnation", "stream",
+                 "processing", "executing", "has_what", "last_seen", "status", "versions", "registered_at")
+
+    def __init__(self, address: str, name: str, nthreads: int, stream: Stream):
+        self.address = address
+        self.name = name
+        self.nthreads = nthreads
+        self.stream = stream
+        self.memory_limit: int | None = None
+        self.nanny: str | None = None
+        self.pid: int | None = None
+        self.incarnation = 0
+        self.processing: set[TaskState] = set()
+        self.executing: set[TaskState] = set()
+        self.has_what: set[TaskState] = set()
+        self.last_seen = time.monotonic()
+        self.status = "running"  # running | retiring | closed
+        self.versions: dict = {}
+        self.registered_at = time.time()
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.address!r} name={self.name!r}>"
+
+
+class Scheduler:
+    def __init__(self, *, secret: bytes, config: dict, log_dir: str | None, host: str = "127.0.0.1", port: int = 0,
+                 scheduler_file: str | None = None):
+        self.secret = secret
+        self.config = config
+        self.host, self.port = host, port
+        self.scheduler_file = scheduler_file
+        self.allowed_failures = int(config["allowed_failures"])
+        self.worker_ttl = float(config["worker_ttl"])
+        self.rec = Recorder("kwdiag.scheduler", source="scheduler", log_dir=log_dir, file_stem="scheduler")
+        self.tasks: dict[str, TaskState] = {}
+        self.workers: dict[str, WorkerState] = {}
+        self.clients: dict[str, Stream] = {}
+        self.ready: list[tuple[int, int, TaskState]] = []
+        self._seq = itertools.count()
+        self._priority = itertools.count()
+        self.versions = versions_mod.collect(config["versions_packages"])
+        self.compared = ["python", *versions_mod.CORE_PACKAGES, *config["versions_packages"]]
+        self.address = ""
+        self._listener: Listener | None = None
+        self._ttl_task: asyncio.Task | None = None
+        self._closed = asyncio.Event()
+        self.handlers = {
+            "register-worker": self.handle_register_worker,
+            "register-client": self.handle_register_client,
+            "heartbeat": self.handle_heartbeat,
+            "started": self.handle_started,
+            "finished": self.handle_finished,
+            "erred": self.handle_erred,
+            "missing-deps": self.handle_missing_deps,
+            "add-keys": self.handle_add_keys,
+            "unregister": self.handle_unregister,
+            "retire-me": self.handle_retire_me,
+            "update-graph": self.handle_update_graph,
+            "release-keys": self.handle_release_keys,
+            "scatter": self.handle_scatter,
+            "replicate": self.handle_replicate,
+            "who-has": self.handle_who_has,
+            "run": self.handle_run,
+            "scheduler-info": self.handle_scheduler_info,
+            "retire-workers": self.handle_retire_workers,
+            "restart": self.handle_restart,
+            "get-versions": self.handle_get_versions,
+            "get-task-spec": self.handle_get_task_spec,
+            "close-cluster": self.handle_close_cluster,
+        }
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> str:
+        self._listener = Listener(self.secret, self._on_comm, self._on_refused)
+        self.address = await self._listener.start(self.host, self.port)
+        self.rec.event("process-start", f"Scheduler process {os.getpid()} starting", role="scheduler",
+                       address=self.address, versions=self.versions,
+                       config={"allowed_failures": self.allowed_failures, "worker_ttl": self.worker_ttl})
+        self.rec.event("scheduler-start", f"  Scheduler at: {self.address:>25}", address=self.address,
+                       allowed_failures=self.allowed_failures, worker_ttl=self.worker_ttl)
+        if self.scheduler_file:
+            write_scheduler_file(self.scheduler_file, self.address, self.secret)
+        self._ttl_task = asyncio.ensure_future(self._check_ttl_forever())
+        return self.address
+
+    async def finished(self) -> None:
+        await self._closed.wait()
+
+    async def close(self, reason: str = "scheduler-close") -> None:
+        if self._closed.is_set():
+            return
+        self.rec.event("scheduler-close", f"Closing scheduler. Reason: {reason}", reason=reason)
+        for ws in list(self.workers.values()):
+            ws.stream.send({"op": "close", "reason": "scheduler-close"})
+            await ws.stream.drain(1.0)
+            self._remove_worker(ws, how="scheduler-close", expected=True, quiet=True)
+        for stream in list(self.clients.values()):
+            await stream.drain(1.0)
+            stream.close()
+        if self._listener:
+            self._listener.stop()
+        if self._ttl_task:
+            self._ttl_task.cancel()
+        self.rec.close()
+        self._closed.set()
+
+    def _on_refused(self, peer: str, reason: str) -> None:
+        self.rec.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
+                       reason=reason)
+
+    def _on_bad_frame(self, stream: Stream, reason: str) -> None:
+        self.rec.event("bad-frame", f"Closing connection from {stream.peer}: {reason}", level="error",
+                       peer=stream.peer, reason=reason)
+
+    async def _on_comm(self, comm) -> None:
+        stream = Stream(comm, self.handlers, on_close=self._on_stream_closed, on_bad_frame=self._on_bad_frame)
+        await stream.run()
+
+    def _on_stream_closed(self, stream: Stream) -> None:
+        ws = stream.info.get("worker")
+        if ws is not None and self.workers.get(ws.address) is ws:
+            self._remove_worker(ws, how="connection-closed", expected=False)
+        client = stream.info.get("client")
+        if client is not None and self.clients.get(client) is stream:
+            del self.clients[client]
+            self._release_client(client)
+
+    # ---------------------------------------------------------------- registration
+    def handle_register_worker(self, stream: Stream, msg: dict) -> dict:
+        address, name = msg["address"], str(msg.get("name") or msg["address"])
+        peer_versions = msg.get("versions") or {}
+        diffs = versions_mod.differences(self.versions, peer_versions, self.compared)
+        required = [d for d in diffs if d["package"] in self.config["versions_required"]]
+        warning = None
+        if diffs:
+            warning = "Mismatched versions found\n\n" + versions_mod.table(diffs, "Scheduler", f"Worker {name}")
+            self.rec.event("versions-mismatch", f"Worker {name} at {address}: {warning}",
+                           level="error" if required else "warning", worker=name, peer=f"worker {name}",
+                           differences=[{"package": d["package"], "scheduler": d["ours"], "peer": d["theirs"]}
+                                        for d in diffs], required=bool(required))
+        if required:
+            return {"status": "refused", "reason": "version mismatch in required packages", "table": warning}
+        old = self.workers.get(address)
+        if old is not None:
+            self._remove_worker(old, how="connection-closed", expected=False)
+        for other in list(self.workers.values()):
+            if other.name == name and other.status != "closed":
+                # A new incarnation registering under the same name: the old one is gone.
+                self._remove_worker(other, how="connection-closed", expected=False)
+        ws = WorkerState(address, name, int(msg.get("nthreads") or 1), stream)
+        ws.memory_limit = msg.get("memory_limit")
+        ws.nanny = msg.get("nanny")
+        ws.pid = msg.get("pid")
+        ws.incarnation = int(msg.get("incarnation") or 0)
+        ws.versions = peer_versions
+        stream.info["worker"] = ws
+        self.workers[address] = ws
+        self.rec.event("worker-registered", f"Register worker addr: {address} name: {name}", worker=name,
+                       address=address, name=name, nthreads=ws.nthreads, memory_limit=ws.memory_limit,
+                       nanny=ws.nanny, pid=ws.pid, incarnation=ws.incarnation)
+        asyncio.get_running_loop().call_soon(self._schedule)
+        return {"status": "ok", "warning": warning, "heartbeat_interval": self.config["heartbeat_interval"]}
+
+    def handle_register_client(self, stream: Stream, msg: dict) -> dict:
+        client_id = msg["client"]
+        stream.info["client"] = client_id
+        self.clients[client_id] = stream
+        diffs = versions_mod.differences(self.versions, msg.get("versions") or {}, self.compared)
+        warning = None
+        if diffs:
+            warning = "Mismatched versions found\n\n" + versions_mod.table(diffs, "Scheduler", "Client")
+            self.rec.event("versions-mismatch", f"Client {client_id}: {warning}", level="warning", peer="client",
+                           differences=[{"package": d["package"], "scheduler": d["ours"], "peer": d["theirs"]}
+                                        for d in diffs], required=False)
+        logger.info("Receive client connection: %s", client_id)
+        return {"status": "ok", "warning": warning, "allowed_failures": self.allowed_failures}
+
+    def _worker_of(self, stream: Stream) -> WorkerState | None:
+        ws = stream.info.get("worker")
+        if ws is None or self.workers.get(ws.address) is not ws:
+            return None
+        ws.last_seen = time.monotonic()
+        return ws
+
+    def handle_heartbeat(self, stream: Stream, msg: dict) -> dict:
+        return {"status": "ok" if self._worker_of(stream) is not None else "missing"}
+
+    # ---------------------------------------------------------------- graph intake
+    def handle_update_graph(self, stream: Stream, msg: dict) -> None:
+        client = stream.info.get("client")
+        created: list[TaskState] = []
+        for spec in msg["tasks"]:
+            key = spec["key"]
+            ts = self.tasks.get(key)
+            if ts is None:
+                ts = TaskState(key, spec["spec"], next(self._priority))
+                ts.restrictions = set(spec["workers"]) if spec.get("workers") else None
+                self.tasks[key] = ts
+                created.append(ts)
+            elif ts.state == RELEASED and ts.run_spec is None and spec.get("spec") is not None:
+                ts.run_spec, ts.scattered = spec["spec"], False
+            ts.wanted_by.add(client)
+            spec["_ts"] = ts
+        for spec in msg["tasks"]:
+            ts = spec.pop("_ts")
+            if ts not in created:
+                continue
+            for dep_key in spec.get("deps") or ():
+                dts = self.tasks.get(dep_key)
+                if dts is None:
+                    self._set_erred(ts, {"type": "unknown-dependency", "key": dep_key,
+                                         "message": f"dependency {dep_key!r} of {ts.key!r} is unknown or was released"})
+                    break
+                ts.deps.add(dts)
+                dts.dependents.add(ts)
+        for spec in msg["tasks"]:
+            ts = self.tasks.get(spec["key"])
+            if ts is None:
+                continue
+            if ts.state == RELEASED and ts.error is None:
+                self._recompute(ts)
+            self._report_to_client(ts, client)
+        self._schedule()
+
+    def _report_to_client(self, ts: TaskState, client: str | None) -> None:
+        stream = self.clients.get(client) if client else None
+        if stream is None:
+            return
+        if ts.state == MEMORY:
+            stream.send({"op": "key-in-memory", "key": ts.key, "who_has": [w.address for w in ts.who_has]})
+        elif ts.state == ERRED:
+            stream.send({"op": "task-erred", "key": ts.key, "error": ts.error})
+
+    def _recompute(self, ts: TaskState) -> None:
+        """Bring ``ts`` back to life from its lineage: recompute released dependencies first."""
+        if ts.state in ACTIVE or ts.state == MEMORY or ts.state == ERRED:
+            return
+        if ts.run_spec is None:
+            self._set_erred(ts, self._lost_error(ts.key, None))
+            return
+        ts.state = WAITING
+        ts.waiting_on = set()
+        for dts in ts.deps:
+            if dts.state == ERRED:
+                self._set_erred(ts, dts.error)
+                return
+            if dts.state != MEMORY:
+                ts.waiting_on.add(dts)
+                self._recompute(dts)
+                if dts.state == ERRED:
+                    self._set_erred(ts, dts.error)
+                    return
+        if not ts.waiting_on:
+            self._make_ready(ts)
+
+    def _make_ready(self, ts: TaskState) -> None:
+        ts.state = READY
+        heapq.heappush(self.ready, (ts.priority, next(self._seq), ts))
+
+    # ---------------------------------------------------------------- placement
+    def _capacity(self, ws: WorkerState) -> int:
+        return ws.nthreads + int(self.config["worker_window"]) - len(ws.processing)
+
+    def _schedule(self) -> None:
+        running = [ws for ws in self.workers.values() if ws.status == "running"]
+        if not running or not self.ready:
+            return
+        skipped = []
+        while self.ready:
+            priority, seq, ts = self.ready[0]
+            if ts.state != READY:
+                heapq.heappop(self.ready)
+                continue
+            candidates = running
+            if ts.restrictions:
+                candidates = [ws for ws in running if ws.address in ts.restrictions or ws.name in ts.restrictions]
+            free = [ws for ws in candidates if self._capacity(ws) > 0]
+            if not free:
+                if ts.restrictions:  # others may still fit elsewhere
+                    skipped.append(heapq.heappop(self.ready))
+                    continue
+                break
+            heapq.heappop(self.ready)
+            if len(free) == 1:
+                ws = free[0]
+            else:
+                ws = max(free, key=lambda w: (sum(1 for d in ts.deps if w in d.who_has),
+                                              self._capacity(w) / w.nthreads, -len(w.has_what)))
+            self._send_compute(ts, ws)
+        for item in skipped:
+            heapq.heappush(self.ready, item)
+
+    def _send_compute(self, ts: TaskState, ws: WorkerState) -> None:
+        ts.state = PROCESSING
+        ts.processing_on = ws
+        ts.executing = False
+        ws.processing.add(ts)
+        ws.stream.send({"op": "compute", "key": ts.key, "spec": ts.run_spec,
+                        "deps": {d.key: [w.address for w in d.who_has] for d in ts.deps}})
+
+    # ---------------------------------------------------------------- worker reports
+    def _processing_task(self, stream: Stream, key: str) -> tuple[WorkerState | None, TaskState | None]:
+        ws = self._worker_of(stream)
+        ts = self.tasks.get(key)
+        if ws is None or ts is None or ts.processing_on is not ws:
+            return ws, None
+        return ws, ts
+
+    def handle_started(self, stream: Stream, msg: dict) -> None:
+        ws, ts = self._processing_task(stream, msg["key"])
+        if ts is not None:
+            ts.executing = True
+            ws.executing.add(ts)
+
+    def _done_processing(self, ts: TaskState) -> None:
+        ws = ts.processing_on
+        if ws is not None:
+            ws.processing.discard(ts)
+            ws.executing.discard(ts)
+        ts.processing_on = None
+        ts.executing = False
+
+    def handle_finished(self, stream: Stream, msg: dict) -> None:
+        ws, ts = self._processing_task(stream, msg["key"])
+        if ts is None:
+            if ws is not None and msg["key"] not in {t.key for t in ws.has_what}:
+                ws.stream.send({"op": "free-keys", "keys": [msg["key"]]})
+            return
+        self._done_processing(ts)
+        ts.state = MEMORY
+        ts.nbytes = int(msg.get("nbytes") or 0)
+        ts.who_has.add(ws)
+        ws.has_what.add(ts)
+        for client in ts.wanted_by:
+            stream_c = self.clients.get(client)
+            if stream_c is not None:
+                stream_c.send({"op": "key-in-memory", "key": ts.key, "who_has": [ws.address]})
+        for dep in ts.dependents:
+            if dep.state == WAITING and ts in dep.waiting_on:
+                dep.waiting_on.discard(ts)
+                if not dep.waiting_on:
+                    self._make_ready(dep)
+        for dts in ts.deps:
+            self._release_if_unneeded(dts)
+        self._release_if_unneeded(ts)
+        self._schedule()
+
+    def handle_erred(self, stream: Stream, msg: dict) -> None:
+        ws, ts = self._processing_task(stream, msg["key"])
+        if ts is None:
+            return
+        self._done_processing(ts)
+        error = {"type": "exception", "key": ts.key, "exception": msg.get("exception"),
+                 "exc_type": msg.get("exc_type"), "message": msg.get("message"), "traceback": msg.get("traceback")}
+        self.rec.event("task-erred", f"Task {ts.key!r} erred on {ws.address}: {msg.get('exc_type')}: "
+                       f"{msg.get('message')}", level="info", key=ts.key, exception=msg.get("exc_type"),
+                       error=msg.get("message"), traceback=msg.get("traceback"), worker=ws.name)
+        self._set_erred(ts, error)
+        self._schedule()
+
+    def _set_erred(self, ts: TaskState, error: dict) -> None:
+        """Mark ``ts`` and everything downstream of it erred with the same error."""
+        stack = [ts]
+        while stack:
+            t = stack.pop()
+            if t.state == ERRED:
+                continue
+            if t.processing_on is not None:
+                t.processing_on.stream.send({"op": "free-keys", "keys": [t.key]})
+                self._done_processing(t)
+            t.state = ERRED
+            t.error = error
+            t.waiting_on = set()
+            for client in t.wanted_by:
+                stream = self.clients.get(client)
+                if stream is not None:
+                    stream.send({"op": "task-erred", "key": t.key, "error": error})
+            stack.extend(d for d in t.dependents if d.state != MEMORY)
+
+    def handle_missing_deps(self, stream: Stream, msg: dict) -> None:
+        ws, ts = self._processing_task(stream, msg["key"])
+        if ts is None:
+            return
+        self._done_processing(ts)
+        ts.missing_retries += 1
+        for key in msg.get("missing") or ():
+            dts = self.tasks.get(key)
+            if dts is None:
+                continue
+            if ts.missing_retries > 3:  # the holders keep failing to deliver: treat the copies as lost
+                for holder in list(dts.who_has):
+                    holder.has_what.discard(dts)
+                dts.who_has.clear()
+            if dts.state == MEMORY and not dts.who_has:
+                dts.state = RELEASED
+        ts.state = RELEASED
+        self._recompute(ts)
+        self._schedule()
+
+    def handle_add_keys(self, stream: Stream, msg: dict) -> None:
+        ws = self._worker_of(stream)
+        if ws is None:
+            return
+        for key in msg["keys"]:
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == MEMORY:
+                ts.who_has.add(ws)
+                ws.has_what.add(ts)
+            else:
+                ws.stream.send({"op": "free-keys", "keys": [key]})
+
+    # ---------------------------------------------------------------- release and forget
+    def _needed(self, ts: TaskState) -> bool:
+        return bool(ts.wanted_by) or any(d.state in ACTIVE for d in ts.dependents)
+
+    def _release_if_unneeded(self, ts: TaskState) -> None:
+        if self._needed(ts) or ts.state == PROCESSING:
+            return
+        if ts.state == MEMORY:
+            for ws in ts.who_has:
+                ws.has_what.discard(ts)
+                ws.stream.send({"op": "free-keys", "keys": [ts.key]})
+            ts.who_has.clear()
+            ts.state = RELEASED
+        elif ts.state in (WAITING, READY):
+            ts.state = RELEASED
+        self._maybe_forget(ts)
+
+    def _maybe_forget(self, ts: TaskState) -> None:
+        stack = [ts]
+        while stack:
+            t = stack.pop()
+            if t.wanted_by or t.dependents or t.state not in (RELEASED, ERRED) or self.tasks.get(t.key) is not t:
+                continue
+            del self.tasks[t.key]
+            for dts in t.deps:
+                dts.dependents.discard(t)
+                if not dts.wanted_by and dts.state == MEMORY and not any(d.state in ACTIVE for d in dts.dependents):
+                    self._release_if_unneeded(dts)
+                stack.append(dts)
+
+    def handle_release_keys(self, stream: Stream, msg: dict) -> None:
+        client = stream.info.get("client")
+        for key in msg["keys"]:
+            ts = self.tasks.get(key)
+            if ts is None:
+                continue
+            ts.wanted_by.discard(client)
+            if not ts.wanted_by:
+                self._release_if_unneeded(ts)
+                self._maybe_forget(ts)
+
+    def _release_client(self, client: str) -> None:
+        for ts in list(self.tasks.values()):
+            if client in ts.wanted_by:
+                ts.wanted_by.discard(client)
+                if not ts.wanted_by:
+                    self._release_if_unneeded(ts)
+                    self._maybe_forget(ts)
+
+    # ---------------------------------------------------------------- departures
+    def _lost_error(self, key: str, worker: str | None) -> dict:
+        return {"type": "scattered-lost", "key": key, "worker": worker,
+                "message": f"scattered data {key!r} was lost with worker {worker}: it is not in the lineage and "
+                           f"cannot be recomputed (use client.replicate to keep copies)"}
+
+    def _remove_worker(self, ws: WorkerState, *, how: str, expected: bool, quiet: bool = False,
+                       noticed_after: float | None = None) -> None:
+        if self.workers.get(ws.address) is not ws:
+            return
+        del self.workers[ws.address]
+        ws.status = "closed"
+        if noticed_after is None:
+            noticed_after = time.monotonic() - ws.last_seen
+        blamed, rerouted, lost, lost_scattered, killed = [], [], [], [], []
+        for ts in sorted(ws.processing, key=lambda t: t.priority):
+            was_executing = ts in ws.executing
+            self._done_processing(ts)
+            if was_executing and not expected:
+                ts.suspicious += 1
+                ts.death_workers.append(ws.name)
+                blamed.append(ts.key)
+                if ts.suspicious > self.allowed_failures:
+                    killed.append(ts)
+                    continue
+            rerouted.append(ts.key)
+            ts.state = RELEASED
+        for ts in list(ws.has_what):
+            ts.who_has.discard(ws)
+            if ts.who_has or ts.state != MEMORY:
+                continue
+            ts.state = RELEASED
+            if ts.scattered:
+                lost_scattered.append(ts.key)
+            elif self._needed(ts):
+                lost.append(ts.key)
+            for client in ts.wanted_by:
+                stream = self.clients.get(client)
+                if stream is not None:
+                    stream.send({"op": "key-lost", "key": ts.key})
+        ws.has_what.clear()
+        message = (f"Remove worker addr: {ws.address} name: {ws.name} (how={how}, noticed after "
+                   f"{noticed_after:.3f}s; rerouted {len(rerouted)}, blamed {len(blamed)}, lost {len(lost)})")
+        if not quiet or rerouted or lost:
+            self.rec.event("worker-removed", message, level="info" if expected else "warning", worker=ws.name,
+                           address=ws.address, name=ws.name, how=how, expected=expected,
+                           noticed_after=round(noticed_after, 6), rerouted=rerouted, blamed=blamed, lost=lost,
+                           lost_scattered=lost_scattered, incarnation=ws.incarnation)
+        for ts in killed:
+            error = {"type": "killed-worker", "key": ts.key, "last_worker": ws.address,
+                     "allowed_failures": self.allowed_failures, "workers": list(ts.death_workers),
+                     "message": f"Attempted to run task {ts.key!r} on {ts.suspicious} different workers, but all "
+                                f"those workers died while running it. The last worker that attempted to run the "
+                                f"task was {ws.address}."}
+            self.rec.event("killed-worker", f"Task {ts.key!r} marked as failed because {ts.suspicious} workers died "
+                           f"while trying to run it", level="error", key=ts.key, deaths=ts.suspicious,
+                           allowed_failures=self.allowed_failures, workers=list(ts.death_workers),
+                           last_worker=ws.address)
+            self._set_erred(ts, error)
+        for key in lost_scattered:
+            ts = self.tasks.get(key)
+            if ts is not None:
+                self.rec.event("scattered-lost", f"Removing worker {ws.address!r} caused the cluster to lose "
+                               f"scattered data, which can't be recovered: {key!r}", level="error", key=key,
+                               worker=ws.name)
+                self._set_erred(ts, self._lost_error(key, ws.address))
+        # Everything that was waiting on, processing with, or wanting a key that is gone: back to its lineage.
+        for key in (*rerouted, *lost):
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == RELEASED and self._needed(ts):
+                self._recompute(ts)
+        for ts in list(self.tasks.values()):
+            if ts.state in (WAITING, READY):
+                missing = {d for d in ts.deps if d.state != MEMORY}
+                if missing and ts.state == READY:
+                    ts.state = RELEASED
+                    self._recompute(ts)
+                elif ts.state == WAITING:
+                    ts.waiting_on = missing
+                    for d in missing:
+                        if d.state == RELEASED:
+                            self._recompute(d)
+                    if not ts.waiting_on and ts.state == WAITING:
+                        self._make_ready(ts)
+        ws.stream.info.pop("worker", None)
+        ws.stream.close()
+        if not self.workers:
+            logger.info("Lost all workers")
+        self._schedule()
+
+    def handle_unregister(self, stream: Stream, msg: dict) -> dict:
+        ws = self._worker_of(stream)
+        if ws is not None:
+            self._remove_worker(ws, how="deregistered", expected=True)
+        return {"status": "ok"}
+
+    async def _check_ttl_forever(self) -> None:
+        interval = min(float(self.config["heartbeat_interval"]), self.worker_ttl / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for ws in list(self.workers.values()):
+                silent = now - ws.last_seen
+                if silent > self.worker_ttl:
+                    self.rec.event("heartbeat-missed", f"Worker failed to heartbeat for {silent:.1f}s; "
+                                   f"{'attempting restart' if ws.nanny else 'removing'}: {ws.address}",
+                                   level="warning", worker=ws.name, address=ws.address, silent_for=round(silent, 3),
+                                   worker_ttl=self.worker_ttl)
+                    self._remove_worker(ws, how="heartbeat-timeout", expected=False, noticed_after=silent)
+                    if ws.nanny:
+                        asyncio.ensure_future(self._nanny_request(ws.nanny, "kill", reason="heartbeat-timeout"))
+
+    async def _nanny_request(self, nanny: str, op: str, timeout: float = 30.0, **fields: Any) -> Any:
+        try:
+            comm = await connect(nanny, self.secret, timeout=self.config["connect_timeout"])
+        except CommClosedError as exc:
+            logger.warning("Could not reach nanny %s: %s", nanny, exc)
+            return None
+        stream = Stream(comm, {})
+        reader = asyncio.ensure_future(stream.run())
+        try:
+            return await stream.request(op, timeout=timeout, **fields)
+        except Exception as exc:
+            logger.warning("Nanny %s did not complete %r: %s", nanny, op, exc)
+            return None
+        finally:
+            stream.close()
+            reader.cancel()
+
+    # ---------------------------------------------------------------- data placement
+    async def _wait_for_workers(self, n: int = 1, timeout: float | None = None) -> list[WorkerState]:
+        deadline = time.monotonic() + (timeout if timeout is not None else self.config["connect_timeout"])
+        while True:
+            running = [ws for ws in self.workers.values() if ws.status == "running"]
+            if len(running) >= n or time.monotonic() > deadline:
+                return running
+            await asyncio.sleep(0.05)
+
+    async def handle_scatter(self, stream: Stream, msg: dict) -> dict:
+        client = stream.info.get("client")
+        data: dict[str, bytes] = msg["data"]
+        running = await self._wait_for_workers()
+        if msg.get("workers"):
+            wanted = set(msg["workers"])
+            running = [ws for ws in running if ws.address in wanted or ws.name in wanted]
+        if not running:
+            raise RuntimeError("no workers to scatter to")
+        placement: dict[WorkerState, dict[str, bytes]] = {}
+        ordered = sorted(running, key=lambda w: len(w.has_what))
+        for i, (key, blob) in enumerate(data.items()):
+            targets = running if msg.get("broadcast") else [ordered[i % len(ordered)]]
+            for ws in targets:
+                placement.setdefault(ws, {})[key] = blob
+        results = await asyncio.gather(*(ws.stream.request("put-data", data=part) for ws, part in placement.items()),
+                                       return_exceptions=True)
+        who_has: dict[str, list[str]] = {}
+        for (ws, part), result in zip(placement.items(), results):
+            if isinstance(result, Exception) or self.workers.get(ws.address) is not ws:
+                continue
+            for key in part:
+                ts = self.tasks.get(key)
+                if ts is None:
+                    ts = self.tasks[key] = TaskState(key, None, next(self._priority))
+                ts.state = MEMORY
+                ts.scattered = ts.run_spec is None
+                ts.nbytes = len(part[key])
+                ts.who_has.add(ws)
+                ws.has_what.add(ts)
+                ts.wanted_by.add(client)
+                who_has.setdefault(key, []).append(ws.address)
+        missing = [k for k in data if k not in who_has]
+        if missing:
+            raise RuntimeError(f"could not place scattered keys {missing} (their workers left)")
+        return who_has
+
+    async def _copy_keys(self, keys: list[TaskState], target: WorkerState) -> list[str]:
+        wanted = {ts.key: [w.address for w in ts.who_has] for ts in keys if ts.who_has}
+        if not wanted:
+            return []
+        got = await target.stream.request("fetch-keys", keys=wanted, timeout=60)
+        for key in got:
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == MEMORY and self.workers.get(target.address) is target:
+                ts.who_has.add(target)
+                target.has_what.add(ts)
+        return got
+
+    async def handle_replicate(self, stream: Stream, msg: dict) -> dict:
+        n = msg.get("n")
+        running = [ws for ws in self.workers.values() if ws.status == "running"]
+        n = len(running) if not n else min(int(n), len(running))
+        plan: dict[WorkerState, list[TaskState]] = {}
+        for key in msg["keys"]:
+            ts = self.tasks.get(key)
+            if ts is None or ts.state != MEMORY:
+                raise KeyError(f"{key!r} is not in memory")
+            others = sorted((w for w in running if w not in ts.who_has), key=lambda w: len(w.has_what))
+            for ws in others[: max(0, n - len(ts.who_has))]:
+                plan.setdefault(ws, []).append(ts)
+        await asyncio.gather(*(self._copy_keys(tss, ws) for ws, tss in plan.items()), return_exceptions=True)
+        return {key: [w.address for w in self.tasks[key].who_has] for key in msg["keys"] if key in self.tasks}
+
+    def handle_who_has(self, stream: Stream, msg: dict) -> dict:
+        keys = msg.get("keys")
+        if keys is None:
+            keys = [k for k, ts in self.tasks.items() if ts.state == MEMORY]
+        return {k: [w.address for w in self.tasks[k].who_has] if k in self.tasks else [] for k in keys}
+
+    # ---------------------------------------------------------------- cluster operations
+    async def handle_run(self, stream: Stream, msg: dict) -> dict:
+        targets = [ws for ws in self.workers.values()
+                   if not msg.get("workers") or ws.address in msg["workers"] or ws.name in msg["workers"]]
+
+        async def one(ws: WorkerState) -> dict:
+            try:
+                return await ws.stream.request("run", spec=msg["spec"], timeout=msg.get("timeout"))
+            except Exception as exc:
+                return {"status": "comm-error", "message": f"{type(exc).__name__}: {exc}"}
+
+        results = await asyncio.gather(*(one(ws) for ws in targets))
+        return {ws.address: r for ws, r in zip(targets, results)}
+
+    def handle_scheduler_info(self, stream: Stream, msg: dict) -> dict:
+        now = time.monotonic()
+        counts: dict[str, int] = {}
+        for ts in self.tasks.values():
+            counts[ts.state] = counts.get(ts.state, 0) + 1
+        return {
+            "type": "Scheduler",
+            "address": self.address,
+            "allowed_failures": self.allowed_failures,
+            "worker_ttl": self.worker_ttl,
+            "tasks": counts,
+            "workers": {ws.address: {"name": ws.name, "nthreads": ws.nthreads, "memory_limit": ws.memory_limit,
+                                     "nanny": ws.nanny, "pid": ws.pid, "incarnation": ws.incarnation,
+                                     "processing": len(ws.processing), "executing": sorted(t.key for t in ws.executing),
+                                     "keys": len(ws.has_what), "last_seen": round(now - ws.last_seen, 3),
+                                     "status": ws.status}
+                        for ws in self.workers.values()},
+        }
+
+    def _match_workers(self, names: list[str]) -> list[WorkerState]:
+        wanted = set(map(str, names))
+        return [ws for ws in self.workers.values() if ws.address in wanted or ws.name in wanted]
+
+    async def _retire(self, ws: WorkerState, reason: str) -> bool:
+        """Move ``ws``'s unique data elsewhere, hand its tasks back, and tell it to close."""
+        if ws.status != "running":
+            return False
+        ws.status = "retiring"
+        others = [w for w in self.workers.values() if w.status == "running"]
+        unique = [ts for ts in ws.has_what if ts.who_has == {ws} and self._needed(ts) or ts.scattered and ts.who_has == {ws}]
+        if unique:
+            if not others:
+                logger.warning("Could not retire worker %r: unique data could not be moved to any other worker",
+                               ws.address)
+                ws.status = "running"
+                return False
+            target = min(others, key=lambda w: len(w.has_what))
+            try:
+                await self._copy_keys(unique, target)
+            except Exception as exc:
+                logger.warning("Could not move data off %s: %s", ws.address, exc)
+        if self.workers.get(ws.address) is not ws:
+            return False
+        ws.stream.send({"op": "close", "reason": reason})
+        await ws.stream.drain(2.0)
+        self._remove_worker(ws, how="retired", expected=True)
+        return True
+
+    async def handle_retire_workers(self, stream: Stream, msg: dict) -> dict:
+        targets = self._match_workers(msg.get("workers") or [])
+        logger.info("Retire worker addresses %s", [ws.address for ws in targets])
+        done = await asyncio.gather(*(self._retire(ws, "retired") for ws in targets))
+        return {ws.address: {"name": ws.name} for ws, ok in zip(targets, done) if ok}
+
+    async def handle_retire_me(self, stream: Stream, msg: dict) -> dict:
+        ws = self._worker_of(stream)
+        if ws is None:
+            return {"status": "unknown"}
+        reason = msg.get("reason") or "worker-close-gracefully"
+        ok = await self._retire(ws, reason)
+        if not ok and self.workers.get(ws.address) is ws:
+            self._remove_worker(ws, how="deregistered", expected=True)
+        return {"status": "ok"}
+
+    async def handle_restart(self, stream: Stream, msg: dict) -> dict:
+        timeout = float(msg.get("timeout") or 60)
+        olds = list(self.workers.values())
+        n = len(olds)
+        self.rec.event("restart", f"Restarting all workers and releasing all keys ({n} workers)", level="info",
+                       workers=[ws.name for ws in olds])
+        # Flush the task state first: every client future is cancelled, as Dask's restart does.
+        for client, cstream in self.clients.items():
+            keys = [k for k, ts in self.tasks.items() if client in ts.wanted_by]
+            if keys:
+                cstream.send({"op": "cancelled", "keys": keys, "reason": "restart"})
+        self.tasks.clear()
+        self.ready.clear()
+        no_nanny = [ws for ws in olds if not ws.nanny]
+        if no_nanny:
+            logger.warning("Workers %s do not use a nanny and will be terminated without restarting them",
+                           [ws.address for ws in no_nanny])
+        for ws in olds:
+            ws.processing.clear()
+            ws.executing.clear()
+            ws.has_what.clear()
+            self._remove_worker(ws, how="restart", expected=True)
+        for ws in no_nanny:
+            ws.stream.send({"op": "close", "reason": "restart"})
+        await asyncio.gather(*(self._nanny_request(ws.nanny, "restart", reason="restart", timeout=timeout)
+                               for ws in olds if ws.nanny))
+        expected = n - len(no_nanny)
+        running = await self._wait_for_workers(expected, timeout)
+        if len(running) < expected:
+            raise TimeoutError(f"only {len(running)} of {expected} workers came back within {timeout:g}s")
+        return {"status": "ok", "workers": len(running)}
+
+    def handle_get_versions(self, stream: Stream, msg: dict) -> dict:
+        return {"scheduler": self.versions, "workers": {ws.address: ws.versions for ws in self.workers.values()},
+                "compared": self.compared}
+
+    def handle_get_task_spec(self, stream: Stream, msg: dict) -> dict:
+        ts = self.tasks.get(msg["key"])
+        if ts is None:
+            raise KeyError(f"unknown task {msg['key']!r}")
+        if ts.error and ts.error.get("key") in self.tasks:
+            ts = self.tasks[ts.error["key"]]
+        return {"key": ts.key, "spec": ts.run_spec, "state": ts.state,
+                "deps": {d.key: [w.address for w in d.who_has] for d in ts.deps},
+                "missing": [d.key for d in ts.deps if d.state != MEMORY]}
+
+    async def handle_close_cluster(self, stream: Stream, msg: dict) -> dict:
+        nannies = [ws.nanny for ws in self.workers.values() if ws.nanny]
+        await asyncio.gather(*(self._nanny_request(n, "close", reason="cluster-close", timeout=10) for n in nannies))
+        asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.close("cluster-close")))
+        return {"status": "ok"}
+
+
+def write_scheduler_file(path: str, address: str, secret: bytes) -> None:
+    """Write the scheduler file (JSON: address, secret) readable by its owner only (0600)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"type": "kwdiag-scheduler", "address": address, "secret": secret.hex(), "pid": os.getpid()}, f)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+async def run_scheduler(*, secret: bytes, config: dict, log_dir: str | None, host: str, port: int,
+                        scheduler_file: str | None, watch_parent: int | None = None) -> None:
+    scheduler = Scheduler(secret=secret, config=config, log_dir=log_dir, host=host, port=port,
+                          scheduler_file=scheduler_file)
+    await scheduler.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda s=sig: asyncio.ensure_future(
+            scheduler.close(f"signal-{int(s)}")))
+    if watch_parent:
+        async def watch() -> None:
+            while os.getppid() == watch_parent:
+                await asyncio.sleep(0.5)
+            await scheduler.close("parent-died")
+        asyncio.ensure_future(watch())
+    await scheduler.finished()

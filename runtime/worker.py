@@ -1,0 +1,489 @@
+"""The worker: runs tasks in threads, holds their results, serves them to peers and clients.
+
+Covers: registering with the scheduler (and re-registering after it comes back), heartbeats,
+fetching a task's dependencies from peers, executing tasks in a thread pool of ``nthreads``
+(telling the scheduler *before* a task starts, so a death mid-task is blamed correctly), keeping
+results, a graceful close that hands work back (signals when run without a nanny, retirement,
+``--lifetime``), and telling its nanny — over a pipe — what is running and why it is leaving.
+
+Does not cover: supervising itself (its nanny restarts it and watches its memory), placement
+decisions (the scheduler's), or anything about the network below messages (``runtime.comm``).
+Unpickling happens here, but only of payloads that arrived over authenticated comms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import cloudpickle
+
+from kwdiag.runtime import versions as versions_mod
+from kwdiag.runtime.comm import CommClosedError, Listener, connect
+from kwdiag.runtime.core import RemoteError, Stream
+from kwdiag.runtime.record import Recorder
+
+logger = logging.getLogger("kwdiag.worker")
+
+EXIT_REFUSED = 78  # EX_CONFIG: the scheduler refused us (version mismatch); restarting will not help
+
+
+def dumps(obj: Any) -> bytes:
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except Exception:
+        return cloudpickle.dumps(obj, protocol=5)
+
+
+class _DepUnpickler(pickle.Unpickler):
+    """Unpickles a task spec, replacing each future reference with its dependency's value."""
+
+    def __init__(self, data: bytes, values: dict):
+        super().__init__(io.BytesIO(data))
+        self.values = values
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "kwdiag-future":
+            return self.values[pid[1]]
+        raise pickle.UnpicklingError(f"unsupported persistent id {pid!r}")
+
+
+def load_spec(spec: bytes, values: dict) -> tuple:
+    return _DepUnpickler(spec, values).load()
+
+
+class Worker:
+    def __init__(self, *, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int = 1,
+                 memory_limit: int | None = None, log_dir: str | None = None, host: str = "127.0.0.1",
+                 nanny_address: str | None = None, incarnation: int = 1, lifetime: float | None = None,
+                 status_fd: int | None = None, control_fd: int | None = None):
+        self.name = name
+        self.scheduler_address = scheduler_address
+        self.secret = secret
+        self.config = config
+        self.nthreads = nthreads
+        self.memory_limit = memory_limit
+        self.host = host
+        self.nanny_address = nanny_address
+        self.incarnation = incarnation
+        self.lifetime = lifetime
+        self.status_fd = status_fd
+        self.control_fd = control_fd
+        self.rec = Recorder("kwdiag.worker", source="worker", log_dir=log_dir, file_stem=f"worker-{name}", worker=name)
+        self.data: dict[str, Any] = {}
+        self.specs: dict[str, dict] = {}      # key -> compute message, for tasks not yet started
+        self.ready: list[str] = []            # keys whose dependencies are local, in arrival order
+        self.executing: set[str] = set()
+        self.cancelled: set[str] = set()
+        self.pool = ThreadPoolExecutor(nthreads, thread_name_prefix="kwdiag-task")
+        self.free_threads = nthreads
+        self.address = ""
+        self.scheduler: Stream | None = None
+        self.peers: dict[str, Stream] = {}
+        self.closing: str | None = None
+        self._done = asyncio.Event()
+        self._listener: Listener | None = None
+        self.versions = versions_mod.collect(config["versions_packages"])
+        self.peer_handlers = {"get-data": self.handle_get_data}
+        self.scheduler_handlers = {
+            "compute": self.handle_compute,
+            "free-keys": self.handle_free_keys,
+            "close": self.handle_close,
+            "fetch-keys": self.handle_fetch_keys,
+            "put-data": self.handle_put_data,
+            "run": self.handle_run,
+            "get-data": self.handle_get_data,
+        }
+
+    # ---------------------------------------------------------------- start and registration
+    async def start(self) -> None:
+        self._listener = Listener(self.secret, self._on_peer, self._on_refused)
+        self.address = await self._listener.start(self.host, 0)
+        self._tell_nanny(f"A {self.address}")
+        self.rec.event("worker-start", f"      Start worker at: {self.address:>26}", address=self.address,
+                       name=self.name, nthreads=self.nthreads, memory_limit=self.memory_limit,
+                       incarnation=self.incarnation, nanny=self.nanny_address, pid=os.getpid(), versions=self.versions)
+        await self._connect_scheduler(first=True)
+        asyncio.ensure_future(self._heartbeat_forever())
+        if self.control_fd is not None:
+            asyncio.ensure_future(self._watch_nanny())
+        if self.lifetime:
+            asyncio.get_running_loop().call_later(self.lifetime, lambda: asyncio.ensure_future(self.close("lifetime")))
+
+    def _on_refused(self, peer: str, reason: str) -> None:
+        self.rec.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
+                       reason=reason)
+
+    def _on_bad_frame(self, stream: Stream, reason: str) -> None:
+        self.rec.event("bad-frame", f"Closing connection from {stream.peer}: {reason}", level="error",
+                       peer=stream.peer, reason=reason)
+
+    async def _on_peer(self, comm) -> None:
+        await Stream(comm, self.peer_handlers, on_bad_frame=self._on_bad_frame).run()
+
+    async def _connect_scheduler(self, first: bool) -> None:
+        timeout = self.config["connect_timeout"] if first else self.config["reconnect_timeout"]
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        lost_at = time.monotonic()
+        while True:
+            try:
+                comm = await connect(self.scheduler_address, self.secret,
+                                     timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+                break
+            except CommClosedError as exc:
+                if time.monotonic() > deadline:
+                    if first:
+                        raise
+                    self.rec.event("scheduler-lost", f"Failed to reconnect to scheduler after {timeout:.0f}s; closing",
+                                   level="error", address=self.scheduler_address)
+                    await self.close("scheduler-lost", hand_back=False)
+                    return
+                logger.info("Waiting to connect to: %26s (%s)", self.scheduler_address, exc)
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+        stream = Stream(comm, self.scheduler_handlers, on_close=self._on_scheduler_closed,
+                        on_bad_frame=self._on_bad_frame)
+        reader = asyncio.ensure_future(stream.run())
+        reply = await stream.request(
+            "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
+            memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
+            incarnation=self.incarnation, versions=self.versions)
+        if reply.get("status") == "refused":
+            self.rec.event("worker-fatal", f"Scheduler refused this worker: {reply.get('reason')}\n"
+                           f"{reply.get('table') or ''}", level="error", exception="VersionMismatch",
+                           error=reply.get("reason"), traceback=reply.get("table"))
+            self._tell_nanny("C refused")
+            stream.close()
+            reader.cancel()
+            self._exit(EXIT_REFUSED)
+            return
+        if reply.get("warning"):
+            self.rec.event("versions-mismatch", reply["warning"], level="warning", peer="scheduler")
+        self.scheduler = stream
+        if first:
+            logger.info("        Registered to: %26s", self.scheduler_address)
+        else:
+            self.rec.event("reconnected", f"Reconnected to scheduler at {self.scheduler_address} after "
+                           f"{time.monotonic() - lost_at:.2f}s", address=self.scheduler_address,
+                           after=round(time.monotonic() - lost_at, 3))
+
+    def _on_scheduler_closed(self, stream: Stream) -> None:
+        if self.scheduler is not stream or self.closing:
+            return
+        self.scheduler = None
+        self.rec.event("scheduler-lost", f"Connection to scheduler {self.scheduler_address} has been closed; "
+                       "dropping its tasks and reconnecting", level="warning", address=self.scheduler_address)
+        # A scheduler that comes back has no record of our tasks or data: start clean.
+        self.specs.clear()
+        self.ready.clear()
+        self.cancelled.update(self.executing)
+        self.data.clear()
+        self._report_running()
+        asyncio.ensure_future(self._connect_scheduler(first=False))
+
+    async def _heartbeat_forever(self) -> None:
+        interval = float(self.config["heartbeat_interval"])
+        while not self.closing:
+            await asyncio.sleep(interval)
+            stream = self.scheduler
+            if stream is None or stream.closed:
+                continue
+            try:
+                reply = await stream.request("heartbeat", timeout=max(5.0, self.config["worker_ttl"]),
+                                             executing=len(self.executing))
+            except (CommClosedError, asyncio.TimeoutError, RemoteError):
+                continue
+            if reply.get("status") == "missing" and not self.closing:
+                logger.warning("Scheduler was unaware of this worker; registering again.")
+                stream.close()
+
+    # ---------------------------------------------------------------- nanny channel
+    def _tell_nanny(self, line: str) -> None:
+        """One line to the nanny: ``S key`` started, ``F key`` finished, ``C reason`` closing, ``A addr``."""
+        if self.status_fd is None:
+            return
+        try:
+            os.write(self.status_fd, (line.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    def _report_running(self) -> None:
+        self._tell_nanny("R " + "\t".join(sorted(self.executing)))
+
+    async def _watch_nanny(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        pipe = os.fdopen(self.control_fd, "rb", buffering=0)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        while True:
+            line = await reader.readline()
+            if not line:  # the nanny is gone: a worker must not outlive its supervisor
+                logger.error("Nanny process died; worker exiting")
+                self._exit(1)
+                return
+            command, _, arg = line.decode().strip().partition(" ")
+            if command == "close":
+                asyncio.ensure_future(self.close(arg or "nanny-close"))
+
+    # ---------------------------------------------------------------- tasks
+    def handle_compute(self, stream: Stream, msg: dict) -> None:
+        key = msg["key"]
+        if key in self.executing or key in self.specs:
+            return
+        self.cancelled.discard(key)
+        self.specs[key] = msg
+        missing = [k for k in msg["deps"] if k not in self.data]
+        if missing:
+            asyncio.ensure_future(self._fetch_then_ready(key, missing))
+        else:
+            self.ready.append(key)
+            self._run_ready()
+
+    async def _fetch_then_ready(self, key: str, missing: list[str]) -> None:
+        msg = self.specs.get(key)
+        if msg is None:
+            return
+        still_missing = await self._gather_from_peers({k: msg["deps"][k] for k in missing})
+        if key not in self.specs:
+            return
+        if still_missing:
+            del self.specs[key]
+            if self.scheduler is not None:
+                self.scheduler.send({"op": "missing-deps", "key": key, "missing": still_missing})
+            return
+        self.ready.append(key)
+        self._run_ready()
+
+    async def _peer(self, address: str) -> Stream:
+        stream = self.peers.get(address)
+        if stream is None or stream.closed:
+            comm = await connect(address, self.secret, timeout=self.config["connect_timeout"])
+            stream = Stream(comm, self.peer_handlers)
+            asyncio.ensure_future(stream.run())
+            self.peers[address] = stream
+        return stream
+
+    async def _gather_from_peers(self, who_has: dict[str, list[str]]) -> list[str]:
+        """Fetch keys into ``self.data``; return the keys no holder could deliver."""
+        remaining = dict(who_has)
+        tried: dict[str, set[str]] = {k: set() for k in remaining}
+        while remaining:
+            by_holder: dict[str, list[str]] = {}
+            for key, holders in remaining.items():
+                options = [h for h in holders if h not in tried[key] and h != self.address]
+                if options:
+                    by_holder.setdefault(options[0], []).append(key)
+            if not by_holder:
+                break
+            for holder, keys in by_holder.items():
+                for key in keys:
+                    tried[key].add(holder)
+                try:
+                    stream = await self._peer(holder)
+                    reply = await stream.request("get-data", keys=keys, timeout=60)
+                except (CommClosedError, RemoteError, asyncio.TimeoutError):
+                    continue
+                for key, blob in reply["data"].items():
+                    self.data[key] = pickle.loads(blob)
+                    remaining.pop(key, None)
+            if self.scheduler is not None:
+                got = [k for k in who_has if k not in remaining and k in self.data]
+                if got:
+                    self.scheduler.send({"op": "add-keys", "keys": got})
+        return [k for k in remaining if k not in self.data]
+
+    def _run_ready(self) -> None:
+        while self.free_threads > 0 and self.ready:
+            key = self.ready.pop(0)
+            msg = self.specs.pop(key, None)
+            if msg is None or self.closing:
+                continue
+            try:
+                values = {k: self.data[k] for k in msg["deps"]}
+            except KeyError as exc:  # a dependency was freed meanwhile
+                if self.scheduler is not None:
+                    self.scheduler.send({"op": "missing-deps", "key": key, "missing": [exc.args[0]]})
+                continue
+            self.free_threads -= 1
+            self.executing.add(key)
+            # Say "started" before the task can possibly kill us: to the nanny and, flushed, to the scheduler.
+            self._tell_nanny(f"S {key}")
+            if self.scheduler is not None:
+                self.scheduler.send({"op": "started", "key": key})
+                self.scheduler._flush()
+            future = asyncio.get_running_loop().run_in_executor(self.pool, _execute, msg["spec"], values)
+            future.add_done_callback(lambda f, key=key: self._task_done(key, f))
+
+    def _task_done(self, key: str, future: asyncio.Future) -> None:
+        self.free_threads += 1
+        self.executing.discard(key)
+        self._tell_nanny(f"F {key}")
+        status, payload = future.result()
+        if status == "exit":
+            self._fatal_exit(key, payload)
+            return
+        if key in self.cancelled:
+            self.cancelled.discard(key)
+        elif self.scheduler is not None:
+            if status == "ok":
+                self.data[key] = payload
+                self.scheduler.send({"op": "finished", "key": key, "nbytes": _sizeof(payload)})
+            else:
+                self.scheduler.send({"op": "erred", "key": key, **payload})
+        self._run_ready()
+
+    def _fatal_exit(self, key: str, code: Any) -> None:
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+        self.rec.event("worker-fatal", f"Task {key!r} raised SystemExit({code!r}); the worker process exits with "
+                       f"status {status}", level="critical", exception="SystemExit", error=repr(code), key=key,
+                       exitcode=status)
+        self._exit(status)
+
+    def handle_free_keys(self, stream: Stream, msg: dict) -> None:
+        for key in msg["keys"]:
+            self.data.pop(key, None)
+            self.specs.pop(key, None)
+            if key in self.executing:
+                self.cancelled.add(key)
+
+    def handle_get_data(self, stream: Stream, msg: dict) -> dict:
+        out, missing = {}, []
+        for key in msg["keys"]:
+            if key in self.data:
+                out[key] = dumps(self.data[key])
+            else:
+                missing.append(key)
+        return {"data": out, "missing": missing}
+
+    def handle_put_data(self, stream: Stream, msg: dict) -> dict:
+        for key, blob in msg["data"].items():
+            self.data[key] = pickle.loads(blob)
+        return {"status": "ok", "keys": list(msg["data"])}
+
+    async def handle_fetch_keys(self, stream: Stream, msg: dict) -> list[str]:
+        await self._gather_from_peers(msg["keys"])
+        return [k for k in msg["keys"] if k in self.data]
+
+    async def handle_run(self, stream: Stream, msg: dict) -> dict:
+        def call() -> dict:
+            try:
+                fn, args, kwargs = pickle.loads(msg["spec"])
+                return {"status": "ok", "result": dumps(fn(*args, **kwargs))}
+            except Exception as exc:
+                return {"status": "error", **_error_payload(exc)}
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    # ---------------------------------------------------------------- closing
+    def handle_close(self, stream: Stream, msg: dict) -> None:
+        asyncio.ensure_future(self.close(msg.get("reason") or "scheduler-close", hand_back=False))
+
+    async def close(self, reason: str, hand_back: bool = True) -> None:
+        """Leave on purpose: tell the nanny not to restart us, hand work back, end."""
+        if self.closing:
+            return
+        self.closing = reason
+        self._tell_nanny(f"C {reason}")
+        self.rec.event("worker-closing", f"Stopping worker at {self.address}. Reason: {reason}", reason=reason,
+                       address=self.address, executing=sorted(self.executing))
+        stream = self.scheduler
+        if hand_back and stream is not None and not stream.closed:
+            try:
+                await stream.request("retire-me", reason=reason, timeout=self.config["close_timeout"])
+            except Exception as exc:
+                logger.warning("Could not hand work back to the scheduler: %s", exc)
+        if stream is not None:
+            await stream.drain(1.0)
+            stream.close()
+        self.rec.event("worker-end", "End worker", reason=reason, address=self.address)
+        self._exit(0)
+
+    def _exit(self, code: int) -> None:
+        """Leave now. Task threads cannot be interrupted, so the interpreter is not asked to join them."""
+        try:
+            self.rec.close()
+            sys.stderr.flush()
+            sys.stdout.flush()
+        finally:
+            os._exit(code)
+
+
+def _sizeof(obj: Any) -> int:
+    try:
+        return sys.getsizeof(obj)
+    except Exception:
+        return 0
+
+
+def _error_payload(exc: BaseException) -> dict:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        blob = cloudpickle.dumps(exc, protocol=5)
+        pickle.loads(blob)
+    except Exception:
+        blob = cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"), protocol=5)
+    return {"exception": blob, "exc_type": type(exc).__name__, "message": str(exc), "traceback": tb}
+
+
+def _execute(spec: bytes, values: dict) -> tuple[str, Any]:
+    """Run one task in a pool thread; never raises."""
+    try:
+        fn, args, kwargs = load_spec(spec, values)
+    except Exception as exc:  # e.g. ModuleNotFoundError: the task's code is not importable here
+        return "error", _error_payload(exc)
+    try:
+        return "ok", fn(*args, **kwargs)
+    except SystemExit as exc:
+        return "exit", exc.code
+    except Exception as exc:
+        return "error", _error_payload(exc)
+
+
+async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int,
+                     memory_limit: int | None, log_dir: str | None, host: str, nanny_address: str | None,
+                     incarnation: int, lifetime: float | None, status_fd: int | None, control_fd: int | None,
+                     preload: list[str] = ()) -> None:
+    import importlib
+
+    worker = Worker(name=name, scheduler_address=scheduler_address, secret=secret, config=config, nthreads=nthreads,
+                    memory_limit=memory_limit, log_dir=log_dir, host=host, nanny_address=nanny_address,
+                    incarnation=incarnation, lifetime=lifetime, status_fd=status_fd, control_fd=control_fd)
+    try:
+        for module in preload:
+            logger.info("Import preload module: %s", module)
+            importlib.import_module(module)
+    except Exception as exc:
+        worker.rec.event("worker-fatal", f"Failed to start worker: {type(exc).__name__}: {exc}\n"
+                         + "".join(traceback.format_exception(exc)).rstrip(), level="critical",
+                         exception=type(exc).__name__, error=str(exc),
+                         traceback="".join(traceback.format_exception(exc)))
+        worker._exit(1)
+    loop = asyncio.get_running_loop()
+    if status_fd is None:  # no nanny: signals are ours to handle, and mean "leave gracefully"
+        def on_signal(sig: int) -> None:
+            name_ = signal.Signals(sig).name
+            logger.info("Received signal %s (%d)", name_, sig)
+            if worker.closing:  # a second signal: leave at once
+                worker._exit(128 + sig)
+            asyncio.ensure_future(worker.close(f"signal-{sig}"))
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
+    else:  # under a nanny, Ctrl-C in a terminal reaches the nanny, which asks us to close
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        await worker.start()
+    except CommClosedError as exc:
+        worker.rec.event("worker-fatal", f"Unable to connect to scheduler: {exc}", level="error",
+                         exception="CommClosedError", error=str(exc))
+        worker._exit(1)
+    await worker._done.wait()
