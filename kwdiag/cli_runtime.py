@@ -1,9 +1,84 @@
-"""CLI commands that start runtime processes: ``kwdiag scheduler`` and ``kwdiag worker``."""
+"""CLI commands that start runtime processes by hand (multi-host use): ``kwdiag scheduler``, ``kwdiag worker``.
+
+Covers: option parsing and validation, then a hand-off to ``kwdiag.runtime.entry``. The
+runtime is imported inside the command bodies so ``kwdiag --help`` never pays for it.
+"""
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import typer
+
+from kwdiag.errors import USAGE, KwdiagError
+
+
+def _load_config(settings: list[str], **explicit: object) -> dict:
+    from kwdiag.runtime import config as config_mod
+
+    overrides: dict = {}
+    for pair in settings:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise KwdiagError(f"--set takes KEY=VALUE, not {pair!r}", USAGE)
+        overrides[key] = value
+    overrides.update({k: v for k, v in explicit.items() if v is not None})
+    try:
+        return config_mod.load(overrides)
+    except ValueError as exc:
+        raise KwdiagError(str(exc), USAGE) from None
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("scheduler")
+    def scheduler(
+        host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback unless you say otherwise)."),
+        port: int = typer.Option(8786, help="Port to listen on (0: any free port)."),
+        scheduler_file: Optional[str] = typer.Option(None, help="Write the address and shared secret here (mode 0600)."),
+        log_dir: str = typer.Option("kwdiag-logs", help="Directory for the JSONL event log."),
+        allowed_failures: Optional[int] = typer.Option(None, help="Worker deaths a task may cause before KilledWorker."),
+        worker_ttl: Optional[str] = typer.Option(None, help="Remove a worker silent for this long (e.g. 5s)."),
+        set_: List[str] = typer.Option([], "--set", help="Any runtime setting, KEY=VALUE (see docs/runtime.md)."),
+    ) -> None:
+        """Start a scheduler. Workers join with `kwdiag worker --scheduler-file F`."""
+        from kwdiag.runtime import entry
+
+        config = _load_config(set_, allowed_failures=allowed_failures, worker_ttl=worker_ttl)
+        if not scheduler_file:
+            raise KwdiagError("--scheduler-file is required: it is how workers and clients learn the address and "
+                              "the shared secret", USAGE)
+        entry.start_scheduler(host=host, port=port, scheduler_file=scheduler_file, log_dir=log_dir, config=config)
+
+    @app.command("worker")
+    def worker(
+        address: Optional[str] = typer.Argument(None, help="Scheduler address, tcp://host:port (the secret then "
+                                                          "comes from KWDIAG_SECRET)."),
+        scheduler_file: Optional[str] = typer.Option(None, help="The scheduler file written by `kwdiag scheduler`."),
+        nanny: bool = typer.Option(True, "--nanny/--no-nanny", help="Run under a nanny that restarts the worker "
+                                                                     "and enforces its memory limit."),
+        memory_limit: Optional[str] = typer.Option(None, help="e.g. 2GiB; the nanny terminates the worker past "
+                                                              "the terminate fraction of it."),
+        nthreads: int = typer.Option(1, min=1, help="Threads that run tasks."),
+        lifetime: Optional[str] = typer.Option(None, help="Leave gracefully after this long (e.g. 1h)."),
+        name: Optional[str] = typer.Option(None, help="Stable worker name (default host-pid)."),
+        host: str = typer.Option("127.0.0.1", help="Interface to listen on for peers."),
+        log_dir: str = typer.Option("kwdiag-logs", help="Directory for the JSONL event log."),
+        preload: List[str] = typer.Option([], help="Module to import at worker start (repeatable)."),
+        set_: List[str] = typer.Option([], "--set", help="Any runtime setting, KEY=VALUE."),
+    ) -> None:
+        """Start a worker (with a nanny unless --no-nanny) and join a scheduler."""
+        from kwdiag.runtime import config as config_mod
+        from kwdiag.runtime import entry
+
+        config = _load_config(set_)
+        try:
+            limit = config_mod.parse_bytes(memory_limit)
+            life = config_mod.parse_timedelta(lifetime)
+        except ValueError as exc:
+            raise KwdiagError(str(exc), USAGE) from None
+        try:
+            entry.start_worker(address=address, scheduler_file=scheduler_file, nanny=nanny, name=name,
+                               nthreads=nthreads, memory_limit=limit, lifetime=life, host=host, log_dir=log_dir,
+                               config=config, preload=preload)
+        except entry.StartupError as exc:
+            raise KwdiagError(str(exc), USAGE) from None

@@ -130,7 +130,8 @@ def from_json_line(line: str | bytes, origin: Origin | None = None) -> Event:
         raise EventDecodeError("'ts' must be a number")
     if not isinstance(source, str) or not isinstance(kind, str) or not kind:
         raise EventDecodeError("'source' and 'kind' must be strings")
-    fields = record.get("fields") or {}
+    fields = record.get("fields")
+    fields = {} if fields is None else fields
     if not isinstance(fields, dict):
         raise EventDecodeError("'fields' must be an object")
     worker = record.get("worker")

@@ -31,7 +31,7 @@ import cloudpickle
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime import config as config_mod
 from kwdiag.runtime.comm import CommClosedError, connect
-from kwdiag.runtime.core import RemoteError, Stream
+from kwdiag.runtime.core import RemoteError, Stream, background
 from kwdiag.runtime.exceptions import (FutureCancelledError, KilledWorker, ScatteredDataLost, VersionMismatchError,
                                        VersionMismatchWarning)
 from kwdiag.runtime.record import Recorder
@@ -240,7 +240,7 @@ class Client:
     async def _connect(self, first: bool) -> str | None:
         comm = await connect(self.scheduler_address, self.secret, timeout=self.timeout)
         stream = Stream(comm, self.handlers, on_close=self._on_scheduler_closed)
-        asyncio.ensure_future(stream.run())
+        background(stream.run())
         reply = await stream.request("register-client", client=self.id, versions=self.versions, timeout=self.timeout)
         self._stream = stream
         return reply.get("warning")
@@ -257,7 +257,7 @@ class Client:
             for key, st in self._states.items():
                 if st.status in (PENDING, FINISHED):
                     self._set(st, CANCELLED, reason="scheduler-connection-lost")
-        asyncio.ensure_future(self._reconnect())
+        background(self._reconnect())
 
     async def _reconnect(self) -> None:
         started = time.monotonic()
@@ -482,7 +482,7 @@ class Client:
         if stream is None or stream.closed:
             comm = await connect(address, self.secret, timeout=self.timeout)
             stream = Stream(comm, {})
-            asyncio.ensure_future(stream.run())
+            background(stream.run())
             self._workers[address] = stream
         return stream
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from kwdiag.runtime import config as config_mod
 from kwdiag.runtime.comm import CommClosedError, connect
-from kwdiag.runtime.core import Stream
+from kwdiag.runtime.core import Stream, background
 
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
 
@@ -142,7 +142,7 @@ class LocalCluster:
         async def request() -> Any:
             comm = await connect(self.scheduler_address, self.secret, timeout=timeout)
             stream = Stream(comm, {})
-            reader = asyncio.ensure_future(stream.run())
+            reader = background(stream.run())
             try:
                 return await stream.request(op, timeout=timeout, **fields)
             finally:

@@ -24,6 +24,16 @@ logger = logging.getLogger("kwdiag.comm")
 
 Handler = Callable[["Stream", dict], Any]
 
+_BACKGROUND: set[asyncio.Task] = set()
+
+
+def background(coro: Any) -> asyncio.Task:
+    """Run ``coro`` as a task that is kept alive until it finishes (asyncio holds tasks weakly)."""
+    task = asyncio.ensure_future(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+    return task
+
 
 class RemoteError(Exception):
     """A request's handler raised on the other side; the message says what."""
@@ -46,7 +56,6 @@ class Stream:
         self._pending: dict[int, asyncio.Future] = {}
         self._closed = False
         self._loop = asyncio.get_running_loop()
-        self._tasks: set[asyncio.Task] = set()
         self._last_write: Any = None
 
     @property
@@ -133,9 +142,7 @@ class Stream:
             self._handler_failed(op, rid, exc)
             return
         if inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._finish(op, rid, result))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            background(self._finish(op, rid, result))
         elif rid is not None:
             self.send({"op": "reply", "rid": rid, "result": result})
 

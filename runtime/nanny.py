@@ -24,7 +24,7 @@ from typing import Any
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import Listener
-from kwdiag.runtime.core import Stream
+from kwdiag.runtime.core import Stream, background
 from kwdiag.runtime.record import Recorder
 from kwdiag.runtime.config import format_bytes
 
@@ -101,7 +101,7 @@ class Nanny:
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction, pid=os.getpid(),
                        versions=versions_mod.collect(self.config["versions_packages"]))
         await self.spawn()
-        asyncio.ensure_future(self._monitor_memory())
+        background(self._monitor_memory())
 
     async def _on_comm(self, comm) -> None:
         await Stream(comm, self.handlers, on_bad_frame=self._on_bad_frame).run()
@@ -148,9 +148,9 @@ class Nanny:
         self.rec.event("worker-spawn", f"Started worker process {self.proc.pid} (incarnation {self.incarnation})",
                        pid=self.proc.pid, incarnation=self.incarnation)
         proc = self.proc
-        self._io_tasks = [asyncio.ensure_future(self._relay_stderr(proc)),
-                          asyncio.ensure_future(self._read_status(status_r))]
-        asyncio.ensure_future(self._wait_exit(proc))
+        self._io_tasks = [background(self._relay_stderr(proc)),
+                          background(self._read_status(status_r))]
+        background(self._wait_exit(proc))
 
     async def _relay_stderr(self, proc: asyncio.subprocess.Process) -> None:
         out = sys.stderr.buffer
@@ -326,7 +326,7 @@ class Nanny:
         return {"status": "ok"}
 
     async def handle_close(self, stream: Stream, msg: dict) -> dict:
-        asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.close(msg.get("reason") or "close")))
+        asyncio.get_running_loop().call_soon(lambda: background(self.close(msg.get("reason") or "close")))
         return {"status": "ok"}
 
     async def close(self, reason: str, worker_already_gone: bool = False) -> None:
@@ -350,7 +350,7 @@ async def run_nanny(*, watch_parent: int | None = None, **kwargs: Any) -> None:
         logger.info("Received signal %s (%d)", signal_name(sig), sig)
         if nanny.closing:
             os._exit(128 + sig)
-        asyncio.ensure_future(nanny.close(f"signal-{sig}"))
+        background(nanny.close(f"signal-{sig}"))
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
@@ -360,5 +360,5 @@ async def run_nanny(*, watch_parent: int | None = None, **kwargs: Any) -> None:
             while os.getppid() == watch_parent and not nanny.closing:
                 await asyncio.sleep(0.5)
             await nanny.close("parent-died")
-        asyncio.ensure_future(watch())
+        background(watch())
     await nanny._done.wait()

@@ -26,7 +26,7 @@ from typing import Any
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import CommClosedError, Listener, connect
-from kwdiag.runtime.core import Stream
+from kwdiag.runtime.core import Stream, background
 from kwdiag.runtime.record import Recorder
 
 logger = logging.getLogger("kwdiag.scheduler")
@@ -148,7 +148,7 @@ class Scheduler:
                        allowed_failures=self.allowed_failures, worker_ttl=self.worker_ttl)
         if self.scheduler_file:
             write_scheduler_file(self.scheduler_file, self.address, self.secret)
-        self._ttl_task = asyncio.ensure_future(self._check_ttl_forever())
+        self._ttl_task = background(self._check_ttl_forever())
         return self.address
 
     async def finished(self) -> None:
@@ -636,7 +636,7 @@ class Scheduler:
                                    worker_ttl=self.worker_ttl)
                     self._remove_worker(ws, how="heartbeat-timeout", expected=False, noticed_after=silent)
                     if ws.nanny:
-                        asyncio.ensure_future(self._nanny_request(ws.nanny, "kill", reason="heartbeat-timeout"))
+                        background(self._nanny_request(ws.nanny, "kill", reason="heartbeat-timeout"))
 
     async def _nanny_request(self, nanny: str, op: str, timeout: float = 30.0, **fields: Any) -> Any:
         try:
@@ -645,7 +645,7 @@ class Scheduler:
             logger.warning("Could not reach nanny %s: %s", nanny, exc)
             return None
         stream = Stream(comm, {})
-        reader = asyncio.ensure_future(stream.run())
+        reader = background(stream.run())
         try:
             return await stream.request(op, timeout=timeout, **fields)
         except Exception as exc:
@@ -861,7 +861,7 @@ class Scheduler:
     async def handle_close_cluster(self, stream: Stream, msg: dict) -> dict:
         nannies = [ws.nanny for ws in self.workers.values() if ws.nanny]
         await asyncio.gather(*(self._nanny_request(n, "close", reason="cluster-close", timeout=10) for n in nannies))
-        asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.close("cluster-close")))
+        asyncio.get_running_loop().call_later(0.05, lambda: background(self.close("cluster-close")))
         return {"status": "ok"}
 
 
@@ -882,12 +882,12 @@ async def run_scheduler(*, secret: bytes, config: dict, log_dir: str | None, hos
     await scheduler.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda s=sig: asyncio.ensure_future(
+        loop.add_signal_handler(sig, lambda s=sig: background(
             scheduler.close(f"signal-{int(s)}")))
     if watch_parent:
         async def watch() -> None:
             while os.getppid() == watch_parent:
                 await asyncio.sleep(0.5)
             await scheduler.close("parent-died")
-        asyncio.ensure_future(watch())
+        background(watch())
     await scheduler.finished()

@@ -20,7 +20,6 @@ import os
 import pickle
 import signal
 import sys
-import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ import cloudpickle
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import CommClosedError, Listener, connect
-from kwdiag.runtime.core import RemoteError, Stream
+from kwdiag.runtime.core import RemoteError, Stream, background
 from kwdiag.runtime.record import Recorder
 
 logger = logging.getLogger("kwdiag.worker")
@@ -91,6 +90,7 @@ class Worker:
         self.scheduler: Stream | None = None
         self.peers: dict[str, Stream] = {}
         self.closing: str | None = None
+        self.closing_requested: str | None = None
         self._done = asyncio.Event()
         self._listener: Listener | None = None
         self.versions = versions_mod.collect(config["versions_packages"])
@@ -114,11 +114,11 @@ class Worker:
                        name=self.name, nthreads=self.nthreads, memory_limit=self.memory_limit,
                        incarnation=self.incarnation, nanny=self.nanny_address, pid=os.getpid(), versions=self.versions)
         await self._connect_scheduler(first=True)
-        asyncio.ensure_future(self._heartbeat_forever())
+        background(self._heartbeat_forever())
         if self.control_fd is not None:
-            asyncio.ensure_future(self._watch_nanny())
+            background(self._watch_nanny())
         if self.lifetime:
-            asyncio.get_running_loop().call_later(self.lifetime, lambda: asyncio.ensure_future(self.close("lifetime")))
+            asyncio.get_running_loop().call_later(self.lifetime, lambda: background(self.close("lifetime")))
 
     def _on_refused(self, peer: str, reason: str) -> None:
         self.rec.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
@@ -154,7 +154,7 @@ class Worker:
                 delay = min(1.0, delay * 2)
         stream = Stream(comm, self.scheduler_handlers, on_close=self._on_scheduler_closed,
                         on_bad_frame=self._on_bad_frame)
-        reader = asyncio.ensure_future(stream.run())
+        reader = background(stream.run())
         reply = await stream.request(
             "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
             memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
@@ -179,7 +179,7 @@ class Worker:
                            after=round(time.monotonic() - lost_at, 3))
 
     def _on_scheduler_closed(self, stream: Stream) -> None:
-        if self.scheduler is not stream or self.closing:
+        if self.scheduler is not stream or self.closing or self.closing_requested:
             return
         self.scheduler = None
         self.rec.event("scheduler-lost", f"Connection to scheduler {self.scheduler_address} has been closed; "
@@ -190,7 +190,7 @@ class Worker:
         self.cancelled.update(self.executing)
         self.data.clear()
         self._report_running()
-        asyncio.ensure_future(self._connect_scheduler(first=False))
+        background(self._connect_scheduler(first=False))
 
     async def _heartbeat_forever(self) -> None:
         interval = float(self.config["heartbeat_interval"])
@@ -234,7 +234,7 @@ class Worker:
                 return
             command, _, arg = line.decode().strip().partition(" ")
             if command == "close":
-                asyncio.ensure_future(self.close(arg or "nanny-close"))
+                background(self.close(arg or "nanny-close"))
 
     # ---------------------------------------------------------------- tasks
     def handle_compute(self, stream: Stream, msg: dict) -> None:
@@ -245,7 +245,7 @@ class Worker:
         self.specs[key] = msg
         missing = [k for k in msg["deps"] if k not in self.data]
         if missing:
-            asyncio.ensure_future(self._fetch_then_ready(key, missing))
+            background(self._fetch_then_ready(key, missing))
         else:
             self.ready.append(key)
             self._run_ready()
@@ -270,7 +270,7 @@ class Worker:
         if stream is None or stream.closed:
             comm = await connect(address, self.secret, timeout=self.config["connect_timeout"])
             stream = Stream(comm, self.peer_handlers)
-            asyncio.ensure_future(stream.run())
+            background(stream.run())
             self.peers[address] = stream
         return stream
 
@@ -386,7 +386,10 @@ class Worker:
 
     # ---------------------------------------------------------------- closing
     def handle_close(self, stream: Stream, msg: dict) -> None:
-        asyncio.ensure_future(self.close(msg.get("reason") or "scheduler-close", hand_back=False))
+        reason = msg.get("reason") or "scheduler-close"
+        self._tell_nanny(f"C {reason}")  # before the stream closes: this is a chosen exit, not a lost scheduler
+        self.closing_requested = reason
+        background(self.close(reason, hand_back=False))
 
     async def close(self, reason: str, hand_back: bool = True) -> None:
         """Leave on purpose: tell the nanny not to restart us, hand work back, end."""
@@ -475,7 +478,7 @@ async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config
             logger.info("Received signal %s (%d)", name_, sig)
             if worker.closing:  # a second signal: leave at once
                 worker._exit(128 + sig)
-            asyncio.ensure_future(worker.close(f"signal-{sig}"))
+            background(worker.close(f"signal-{sig}"))
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
     else:  # under a nanny, Ctrl-C in a terminal reaches the nanny, which asks us to close

@@ -1,0 +1,105 @@
+"""Shared helpers for tests that start real kwdiag processes on loopback.
+
+Waiting is always on a condition with a generous deadline, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kwdiag.events import from_json_line
+
+DEADLINE = 60.0
+
+# Workers import task functions defined in test modules by reference, as they would a user's modules.
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS, os.environ.get("PYTHONPATH")]))
+
+
+def wait_until(condition, timeout: float = DEADLINE, interval: float = 0.02, what: str = "condition"):
+    """Poll ``condition()`` until it returns something truthy; return that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def read_events(log_dir: str, kind: str | None = None, source: str | None = None, **match):
+    """Every kwdiag event recorded under ``log_dir``, in time order, optionally filtered."""
+    events = []
+    for path in glob.glob(os.path.join(log_dir, "*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    events.append(from_json_line(line))
+    events.sort(key=lambda e: e.ts)
+    out = []
+    for e in events:
+        if kind and e.kind != kind:
+            continue
+        if source and e.source != source:
+            continue
+        if any(e.fields.get(k) != v and getattr(e, k, None) != v for k, v in match.items()):
+            continue
+        out.append(e)
+    return out
+
+
+def wait_for_event(log_dir: str, kind: str, timeout: float = DEADLINE, predicate=None, **match):
+    def found():
+        events = [e for e in read_events(log_dir, kind, **match) if predicate is None or predicate(e)]
+        return events
+    return wait_until(found, timeout, what=f"event {kind} {match}")
+
+
+def worker_pid(cluster, name: str) -> int:
+    for address, info in cluster.scheduler_info()["workers"].items():
+        if info["name"] == name:
+            return info["pid"]
+    raise KeyError(name)
+
+
+def worker_address(cluster, name: str) -> str:
+    return wait_until(lambda: next((a for a, i in cluster.scheduler_info()["workers"].items() if i["name"] == name),
+                                   None), what=f"worker {name} registered")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_entry(args: list[str], log_path: str, env: dict | None = None) -> subprocess.Popen:
+    """Start ``python -m kwdiag.runtime.entry ARGS`` with its output in ``log_path``."""
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "kwdiag.runtime.entry", *args], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, start_new_session=True)
+    finally:
+        log.close()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    path = tmp_path / "logs"
+    path.mkdir()
+    return str(path)

@@ -1,0 +1,133 @@
+"""The client API on a real local cluster: tasks, dependencies, errors, data, introspection.
+
+One cluster (two workers with nannies) serves the whole module; tests here do not kill anything.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import time
+
+import pytest
+
+from conftest import read_events, wait_until
+from kwdiag.runtime import Client, FutureCancelledError, LocalCluster
+
+
+def inc(x):
+    return x + 1
+
+
+def div(a, b):
+    return a / b
+
+
+def fail_with_pid():
+    raise ValueError(f"failed in process {os.getpid()}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    log_dir = str(tmp_path_factory.mktemp("basic-logs"))
+    with LocalCluster(n_workers=2, threads_per_worker=2, memory_limit="1GiB", log_dir=log_dir) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    with Client(cluster) as client:
+        yield client
+
+
+def test_submit_map_gather_and_dependencies(client):
+    x = client.submit(inc, 1)
+    y = client.submit(operator.mul, x, 10)           # a future as an argument is a dependency
+    assert y.result(timeout=30) == 20
+    assert x.done() and x.status == "finished"
+    futures = client.map(inc, range(100))
+    total = client.submit(sum, futures)              # a list of futures nested in an argument
+    assert total.result(timeout=30) == sum(range(1, 101))
+    assert client.gather({"a": x, "b": [y, x]}) == {"a": 2, "b": [20, 2]}
+
+
+def test_pure_submissions_share_a_key_and_impure_ones_do_not(client):
+    assert client.submit(inc, 41).key == client.submit(inc, 41).key
+    assert client.submit(inc, 41, pure=False).key != client.submit(inc, 41, pure=False).key
+    assert client.submit(inc, 1, key="my-key").key == "my-key"
+
+
+def test_user_error_reaches_the_client_and_its_dependents_and_disturbs_nothing(client, cluster):
+    before = {a: i["pid"] for a, i in client.scheduler_info()["workers"].items()}
+    x = client.submit(div, 1, 0)
+    y = client.submit(operator.add, x, 10)
+    z = client.submit(inc, 5)
+    with pytest.raises(ZeroDivisionError):
+        x.result(timeout=30)
+    with pytest.raises(ZeroDivisionError, match="division by zero"):
+        y.result(timeout=30)             # same exception for a dependent
+    assert isinstance(x.exception(), ZeroDivisionError)
+    assert z.result(timeout=30) == 6     # nothing else disturbed
+    assert {a: i["pid"] for a, i in client.scheduler_info()["workers"].items()} == before
+    assert not read_events(cluster.log_dir, "worker-exit")
+    erred = wait_until(lambda: read_events(cluster.log_dir, "task-erred", key=x.key), what="task-erred event")
+    assert erred[0].fields["exception"] == "ZeroDivisionError"
+    assert "Remote traceback" in "".join(getattr(x.exception(), "__notes__", []))
+
+
+def test_recreate_error_locally_raises_in_this_process(client):
+    f = client.submit(fail_with_pid, pure=False)
+    with pytest.raises(ValueError) as remote:
+        f.result(timeout=30)
+    assert str(os.getpid()) not in str(remote.value)
+    with pytest.raises(ValueError, match=f"failed in process {os.getpid()}$"):
+        client.recreate_error_locally(f)
+
+
+def test_result_timeout(client):
+    slow = client.submit(time.sleep, 3, pure=False)
+    with pytest.raises(TimeoutError):
+        slow.result(timeout=0.2)
+    assert slow.result(timeout=30) is None
+
+
+def test_run_who_has_scheduler_info(client):
+    pids = client.run(os.getpid)
+    info = client.scheduler_info()
+    assert set(pids) == set(info["workers"])
+    assert sorted(pids.values()) == sorted(w["pid"] for w in info["workers"].values())
+    assert {w["name"] for w in info["workers"].values()} == {"worker-0", "worker-1"}
+    one = sorted(info["workers"])[0]
+    assert list(client.run(os.getpid, workers=[one])) == [one]
+    f = client.submit(inc, 100, workers=[one])
+    assert f.result(timeout=30) == 101
+    assert client.who_has([f])[f.key] == [one]
+
+
+def test_scatter_and_replicate(client):
+    info = client.scheduler_info()["workers"]
+    data = client.scatter({"big": list(range(1000))})
+    assert client.submit(sum, data["big"]).result(timeout=30) == sum(range(1000))
+    assert len(client.who_has(data["big"])["big"]) == 1
+    client.replicate(data["big"])
+    assert sorted(client.who_has(data["big"])["big"]) == sorted(info)
+    several = client.scatter([1, 2, 3])
+    assert client.gather(several) == [1, 2, 3]
+    everywhere = client.scatter(7, broadcast=True)
+    assert len(client.who_has(everywhere)[everywhere.key]) == len(info)
+
+
+def test_released_futures_are_forgotten_by_the_scheduler(client):
+    futures = client.map(inc, range(1000, 1050))
+    client.gather(futures)
+    keys = {f.key for f in futures}
+    del futures
+    wait_until(lambda: not keys & set(client.who_has()), what="released keys forgotten")
+
+
+def test_gathering_a_released_key_is_an_error_not_a_hang(client):
+    f = client.submit(inc, 7)
+    key = f.key
+    f.release()
+    with pytest.raises(FutureCancelledError):
+        client._wait(key, 1)
