@@ -1,0 +1,329 @@
+"""The rule engine: load rule TOML files, lint them, and match them against log lines and events.
+
+Covers: the ``Rule`` type (one file ``rules/<area>/<rule-id>.toml``), loading the built-in rules
+plus user rule directories (``load_rules``), the lint behind ``kwdiag rules check``
+(``lint_rules``), the cheap line prefilter (one combined literal regex over raw bytes, built from
+every rule's ``keywords``), matching one text line (``RuleSet.match_line``, ``regex`` with a
+timeout) and one structured event (``RuleSet.match_event``).
+
+Does not cover: reading files (``kwdiag.readers``), deciding which death a match belongs to
+(``kwdiag.timeline``) or weighing matches into a verdict (``kwdiag.analysis.classify``).
+
+Rule file format: see ``docs/rules.md``.
+"""
+
+from __future__ import annotations
+
+import re as _stdre
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import regex
+
+from kwdiag.analysis.model import CAUSES, SEVERITIES
+
+MATCH_TIMEOUT = 0.05  # seconds per pattern per line: a user's catastrophic pattern cannot hang us
+RUNTIMES = ("kwdiag", "dask", "coiled")
+BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "rules"
+
+
+def builtin_rules_dir() -> Path:
+    """Where the built-in rule files are (the installed ``kwdiag.rules`` package)."""
+    try:
+        import kwdiag.rules as pkg
+
+        return Path(pkg.__file__).resolve().parent
+    except ImportError:  # pragma: no cover
+        return BUILTIN_DIR
+
+
+class RuleError(ValueError):
+    """A rule file that cannot be loaded."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cause: str
+    detail: str
+    weight: float
+    refines: tuple[str, ...] = ()
+
+
+@dataclass
+class Rule:
+    id: str
+    path: str
+    area: str
+    title: str
+    why: str
+    severity: str
+    runtime: str  # which runtime's logs it reads: dask, kwdiag, any
+    keywords: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    compiled: tuple[Any, ...] = ()
+    event_kind: str | None = None  # event rule: match events of this kind
+    event_fields: Mapping[str, Any] = field(default_factory=dict)
+    emit_kind: str | None = None  # line rule: the event a matching line becomes
+    emit_source: str = "dask"
+    emit_fields: Mapping[str, Any] = field(default_factory=dict)
+    context: bool = True  # attribute the line to the worker whose log it is in
+    verdict: Verdict | None = None
+    remediation: Mapping[str, str] = field(default_factory=dict)
+    references: tuple[str, ...] = ()
+    examples_match: tuple[str, ...] = ()
+    examples_no_match: tuple[str, ...] = ()
+
+    @property
+    def is_line_rule(self) -> bool:
+        return bool(self.patterns)
+
+    def match_line(self, text: str) -> dict[str, Any] | None:
+        """Named groups of the first pattern that matches ``text`` (may be empty), else None."""
+        for pat in self.compiled:
+            try:
+                m = pat.search(text, timeout=MATCH_TIMEOUT)
+            except TimeoutError:
+                continue
+            if m is not None:
+                return {k: _convert(v) for k, v in m.groupdict().items() if v is not None}
+        return None
+
+    def match_event(self, kind: str, fields: Mapping[str, Any]) -> bool:
+        if self.event_kind is None or kind != self.event_kind:
+            return False
+        return all(_field_ok(fields.get(name), want) for name, want in self.event_fields.items())
+
+
+def _convert(v: str) -> Any:
+    if v.isdigit() and len(v) < 18:
+        return int(v)
+    return v
+
+
+def _field_ok(value: Any, want: Any) -> bool:
+    """Field condition: a list is any-of; "~" absent/null; "*" present; ">N"/"<N" numeric; else equal."""
+    if isinstance(want, list):
+        return any(_field_ok(value, w) for w in want)
+    if want == "~":
+        return value is None or value == ""
+    if want == "*":
+        return value is not None and value != ""
+    if isinstance(want, str) and want[:1] in "<>" and len(want) > 1:
+        try:
+            n = float(want[1:])
+        except ValueError:
+            return False
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False
+        return value > n if want[0] == ">" else value < n
+    if isinstance(want, str) and isinstance(value, str):
+        return value == want
+    return value == want
+
+
+def _as_tuple(v: Any) -> tuple:
+    if v is None:
+        return ()
+    if isinstance(v, (list, tuple)):
+        return tuple(v)
+    return (v,)
+
+
+def parse_rule(data: Mapping[str, Any], path: str) -> Rule:
+    """Build a ``Rule`` from a parsed TOML mapping; raise ``RuleError`` with the reason."""
+    rid = data.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise RuleError(f"{path}: missing 'id'")
+    match = data.get("match") or {}
+    event = data.get("event") or {}
+    verdict = data.get("verdict")
+    patterns = tuple(str(p) for p in _as_tuple(match.get("patterns")))
+    compiled = []
+    for p in patterns:
+        try:
+            compiled.append(regex.compile(p))
+        except regex.error as exc:
+            raise RuleError(f"{path}: pattern {p!r} does not compile: {exc}") from None
+    v = None
+    if verdict:
+        try:
+            v = Verdict(cause=str(verdict["cause"]), detail=str(verdict["detail"]),
+                        weight=float(verdict.get("weight", 0.5)), refines=tuple(_as_tuple(verdict.get("refines"))))
+        except KeyError as exc:
+            raise RuleError(f"{path}: [verdict] needs {exc}") from None
+    examples = data.get("examples") or {}
+    area = Path(path).parent.name
+    return Rule(
+        id=rid,
+        path=path,
+        area=str(data.get("area", area)),
+        title=str(data.get("title", "")),
+        why=str(data.get("why", "")).strip(),
+        severity=str(data.get("severity", "error")),
+        runtime=str(data.get("runtime", "any")),
+        keywords=tuple(str(k) for k in _as_tuple(match.get("keywords"))),
+        patterns=patterns,
+        compiled=tuple(compiled),
+        event_kind=match.get("kind"),
+        event_fields=dict(match.get("fields") or {}),
+        emit_kind=event.get("kind"),
+        emit_source=str(event.get("source", "dask")),
+        emit_fields=dict(event.get("fields") or {}),
+        context=bool(event.get("context", True)),
+        verdict=v,
+        remediation={str(k): str(val).strip() for k, val in (data.get("remediation") or {}).items()},
+        references=tuple(str(r) for r in _as_tuple(data.get("references"))),
+        examples_match=tuple(str(e) for e in _as_tuple(examples.get("match"))),
+        examples_no_match=tuple(str(e) for e in _as_tuple(examples.get("no_match"))),
+    )
+
+
+def _rule_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*.toml") if p.is_file())
+
+
+def load_rule_files(dirs: Iterable[Path | str]) -> tuple[list[Rule], list[str]]:
+    """Load every ``*.toml`` under ``dirs``; return the rules and one error string per bad file."""
+    rules: list[Rule] = []
+    errors: list[str] = []
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            errors.append(f"{d}: not a directory of rules")
+            continue
+        for f in _rule_files(d):
+            try:
+                with open(f, "rb") as fh:
+                    data = tomllib.load(fh)
+                rules.append(parse_rule(data, str(f)))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                errors.append(f"{f}: not valid TOML: {exc}")
+            except RuleError as exc:
+                errors.append(str(exc))
+            except OSError as exc:
+                errors.append(f"{f}: cannot read: {exc.strerror or exc}")
+    return rules, errors
+
+
+def lint_rules(rules: list[Rule], load_errors: Iterable[str] = ()) -> list[str]:
+    """Problems with a rule set: what ``kwdiag rules check`` prints. Empty means clean."""
+    problems = list(load_errors)
+    seen: dict[str, str] = {}
+    for r in rules:
+        where = f"{r.path} ({r.id})"
+        if r.id in seen:
+            problems.append(f"{where}: duplicate id, also in {seen[r.id]}")
+        seen.setdefault(r.id, r.path)
+        if Path(r.path).stem != r.id:
+            problems.append(f"{where}: id must equal the file name ({Path(r.path).stem})")
+        if not r.title.strip():
+            problems.append(f"{where}: empty title")
+        if not r.why.strip():
+            problems.append(f"{where}: empty 'why'")
+        if r.severity not in SEVERITIES:
+            problems.append(f"{where}: severity {r.severity!r} is not one of {', '.join(SEVERITIES)}")
+        if not r.patterns and not r.event_kind:
+            problems.append(f"{where}: [match] needs 'patterns' (a line rule) or 'kind' (an event rule)")
+        if r.patterns and not r.keywords:
+            problems.append(f"{where}: a line rule needs [match] keywords (literal text every match contains)")
+        if r.patterns and not r.emit_kind:
+            problems.append(f"{where}: a line rule needs [event] kind")
+        if not r.examples_match:
+            problems.append(f"{where}: no examples that must match")
+        if not r.examples_no_match:
+            problems.append(f"{where}: no examples that must not match")
+        if r.verdict is not None:
+            if r.verdict.cause not in CAUSES:
+                problems.append(f"{where}: verdict cause {r.verdict.cause!r} is not one of {', '.join(CAUSES)}")
+            if not 0 < r.verdict.weight <= 1:
+                problems.append(f"{where}: verdict weight must be in (0, 1]")
+            if r.severity != "info" and not any(v.strip() for v in r.remediation.values()):
+                problems.append(f"{where}: a rule with a verdict needs a [remediation] text")
+        for k, text in r.remediation.items():
+            if k not in RUNTIMES:
+                problems.append(f"{where}: remediation for unknown runtime {k!r} (use {', '.join(RUNTIMES)})")
+            if not text.strip():
+                problems.append(f"{where}: empty remediation for {k}")
+        for ex in r.examples_match:
+            if not example_matches(r, ex):
+                problems.append(f"{where}: example does not match: {ex[:120]!r}")
+        for ex in r.examples_no_match:
+            if example_matches(r, ex):
+                problems.append(f"{where}: example must not match but does: {ex[:120]!r}")
+    return problems
+
+
+def example_matches(rule: Rule, example: str) -> bool:
+    """Whether ``example`` (a log line, or a kwdiag JSONL event line for event rules) matches ``rule``.
+
+    For line rules this goes through the prefilter too, so a pattern whose keywords do not cover
+    its matches is caught.
+    """
+    if rule.is_line_rule:
+        if not any(k in example for k in rule.keywords):
+            return False
+        return rule.match_line(example) is not None
+    from kwdiag.events import EventDecodeError, from_json_line
+
+    try:
+        ev = from_json_line(example)
+    except EventDecodeError:
+        return False
+    return rule.match_event(ev.kind, ev.fields)
+
+
+class RuleSet:
+    """Compiled rules ready to run: a bytes prefilter plus per-keyword dispatch."""
+
+    JSON_KEYWORD = '{"v":'
+
+    def __init__(self, rules: list[Rule]):
+        self.rules = list(rules)
+        self.by_id = {r.id: r for r in self.rules}
+        self.line_rules = [r for r in self.rules if r.is_line_rule]
+        self.event_rules = [r for r in self.rules if r.event_kind]
+        self.by_keyword: dict[str, list[Rule]] = {}
+        for r in self.line_rules:
+            for k in r.keywords:
+                self.by_keyword.setdefault(k, []).append(r)
+        keywords = sorted(set(self.by_keyword) | {self.JSON_KEYWORD}, key=len, reverse=True)
+        # Literal alternation over raw bytes (stdlib re: literals only, so no timeout is needed).
+        self.prefilter = _stdre.compile(b"|".join(_stdre.escape(k.encode()) for k in keywords))
+        self.events_by_kind: dict[str, list[Rule]] = {}
+        for r in self.event_rules:
+            self.events_by_kind.setdefault(r.event_kind, []).append(r)
+
+    def match_line(self, text: str) -> list[tuple[Rule, dict[str, Any]]]:
+        """Every line rule that matches ``text`` with its named groups, in rule-id order.
+
+        Only rules one of whose keywords occurs in the line are tried (keywords may overlap, so
+        each is checked with ``in`` rather than by one alternation).
+        """
+        cands: dict[str, Rule] = {}
+        for k, rs in self.by_keyword.items():
+            if k in text:
+                for r in rs:
+                    cands[r.id] = r
+        out = []
+        for rid in sorted(cands):
+            groups = cands[rid].match_line(text)
+            if groups is not None:
+                out.append((cands[rid], groups))
+        return out
+
+    def match_event(self, kind: str, fields: Mapping[str, Any]) -> list[Rule]:
+        return [r for r in self.events_by_kind.get(kind, ()) if r.match_event(kind, fields)]
+
+
+def load_ruleset(extra_dirs: Iterable[Path | str] = ()) -> tuple[RuleSet, list[str]]:
+    """The built-in rules plus the rules in ``extra_dirs`` (``--rules DIR``), and load errors.
+
+    A user rule with the id of a built-in replaces it.
+    """
+    rules, errors = load_rule_files([builtin_rules_dir()])
+    extra, extra_errors = load_rule_files(list(extra_dirs))
+    ids = {r.id for r in extra}
+    rules = [r for r in rules if r.id not in ids] + extra
+    return RuleSet(rules), errors + extra_errors

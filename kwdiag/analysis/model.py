@@ -1,0 +1,246 @@
+"""The public result types of an analysis: ``Death``, ``Evidence``, ``Hint``, ``KilledWorkerBlame``,
+``TaskError``, ``InputProblem`` and ``Report``.
+
+Covers: plain, frozen dataclasses with a stable ``to_dict()`` (the JSON output is built from these,
+schema ``SCHEMA``) and a ``fingerprint`` for each death that stays the same when the same failure
+is seen again (no timestamps, no ports, no pids), for CI gating (`kwdiag check`) and de-duplication.
+
+Does not cover: how deaths are found (``kwdiag.timeline``) or classified (``kwdiag.analysis.classify``),
+nor rendering (``kwdiag.report``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = "kwdiag.explain/1"
+SCHEMA_VERSION = 1
+
+CAUSES = (
+    "chose_to_exit",
+    "unrecoverable_exception",
+    "nanny_memory_restart",
+    "sudden_exit",
+    "version_mismatch",
+    "unknown",
+)
+SEVERITIES = ("info", "warning", "error")
+
+
+def iso(ts: float | None) -> str | None:
+    """``ts`` (epoch seconds) as ISO 8601 UTC with milliseconds, or None."""
+    if ts is None:
+        return None
+    secs = int(ts)
+    ms = int(round((ts - secs) * 1000))
+    if ms == 1000:
+        secs, ms = secs + 1, 0
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One log line that supports a verdict: where it is, what it says, which rule read it."""
+
+    file: str
+    line: int
+    text: str
+    rule: str | None = None
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "text": self.text, "rule": self.rule}
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """One remediation, written for one runtime (``kwdiag``, ``dask`` or ``coiled``)."""
+
+    text: str
+    runtime: str
+    rule: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runtime": self.runtime, "text": self.text, "rule": self.rule}
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    """The end of one incarnation of one worker, and why.
+
+    ``cause`` is one of ``CAUSES``; ``detail`` refines it (``sigkill``, ``segfault``, ``shutdown``...).
+    ``confidence`` is 0..1: it rises with agreeing evidence from several sources and falls when
+    sources disagree. ``failure`` is False for deaths nobody needs to act on (``chose_to_exit``).
+    """
+
+    worker: str
+    incarnation: int
+    cause: str
+    detail: str
+    confidence: float
+    at: float | None
+    address: str | None = None
+    pid: int | None = None
+    started: float | None = None
+    evidence: tuple[Evidence, ...] = ()
+    hints: tuple[Hint, ...] = ()
+    rules: tuple[str, ...] = ()
+    noticed_by: str | None = None
+    noticed_after: float | None = None
+    running: tuple[str, ...] = ()
+    severity: str = "error"
+    summary: str = ""
+    disagreement: tuple[str, ...] = ()  # other explanations the evidence also supported
+
+    @property
+    def failure(self) -> bool:
+        return self.cause != "chose_to_exit"
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable across runs: worker, cause, detail and the rules that decided it."""
+        key = "\x1f".join([self.worker, self.cause, self.detail, *sorted(set(self.rules))])
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "incarnation": self.incarnation,
+            "address": self.address,
+            "pid": self.pid,
+            "cause": self.cause,
+            "detail": self.detail,
+            "confidence": round(self.confidence, 2),
+            "failure": self.failure,
+            "severity": self.severity,
+            "summary": self.summary,
+            "at": iso(self.at),
+            "ts": self.at,
+            "started": iso(self.started),
+            "noticed_by": self.noticed_by,
+            "noticed_after": None if self.noticed_after is None else round(self.noticed_after, 3),
+            "running": list(self.running),
+            "rules": list(self.rules),
+            "disagreement": list(self.disagreement),
+            "fingerprint": self.fingerprint,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "hints": [h.to_dict() for h in self.hints],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class KilledWorkerBlame:
+    """A task the scheduler gave up on (``KilledWorker``) and whether blaming it looks fair."""
+
+    task: str
+    deaths: tuple[Death, ...]
+    causes: tuple[str, ...]
+    fair: bool | None  # None: the logs cannot tell
+    reasons: tuple[str, ...]
+    allowed_failures: int | None = None
+    at: float | None = None
+    evidence: tuple[Evidence, ...] = ()
+    hints: tuple[Hint, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "at": iso(self.at),
+            "allowed_failures": self.allowed_failures,
+            "deaths": [{"worker": d.worker, "incarnation": d.incarnation, "at": iso(d.at), "cause": d.cause,
+                        "detail": d.detail, "fingerprint": d.fingerprint} for d in self.deaths],
+            "causes": list(self.causes),
+            "fair": self.fair,
+            "reasons": list(self.reasons),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "hints": [h.to_dict() for h in self.hints],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TaskError:
+    """A task that raised: reported so users see it, and never counted as a worker death."""
+
+    task: str | None
+    exception: str | None
+    worker: str | None
+    at: float | None
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "exception": self.exception, "worker": self.worker, "at": iso(self.at),
+                "evidence": [e.to_dict() for e in self.evidence]}
+
+
+@dataclass(frozen=True, slots=True)
+class InputProblem:
+    """Something in the input that could not be read (``error``) or was read imperfectly (``warning``)."""
+
+    path: str
+    message: str
+    level: str = "error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "message": self.message, "level": self.level}
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``kwdiag explain`` found. Deaths are in time order."""
+
+    deaths: tuple[Death, ...] = ()
+    killed_workers: tuple[KilledWorkerBlame, ...] = ()
+    task_errors: tuple[TaskError, ...] = ()
+    problems: tuple[InputProblem, ...] = ()
+    runtimes: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    workers: tuple[str, ...] = ()
+    events: int = 0
+    lines: int = 0
+    bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> tuple[Death, ...]:
+        return tuple(d for d in self.deaths if d.failure)
+
+    @property
+    def input_errors(self) -> tuple[InputProblem, ...]:
+        return tuple(p for p in self.problems if p.level == "error")
+
+    def verdict(self) -> str:
+        """One line: the overall result."""
+        fails = self.failures
+        if not self.deaths and not self.killed_workers:
+            base = "no worker deaths found"
+        elif not fails:
+            base = f"no failures: {len(self.deaths)} worker exit(s), all chosen (shutdown, retirement, ...)"
+        else:
+            from collections import Counter
+
+            counts = Counter(f"{d.cause}/{d.detail}" for d in fails)
+            parts = ", ".join(f"{n}× {k}" for k, n in counts.most_common())
+            base = f"{len(fails)} worker death(s) need attention: {parts}"
+        if self.killed_workers:
+            base += f"; {len(self.killed_workers)} KilledWorker task(s)"
+        if self.task_errors:
+            base += f"; {len(self.task_errors)} task error(s) (not deaths)"
+        return base
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "verdict": self.verdict(),
+            "runtimes": list(self.runtimes),
+            "files": list(self.files),
+            "workers": list(self.workers),
+            "stats": {"events": self.events, "lines": self.lines, "bytes": self.bytes},
+            "deaths": [d.to_dict() for d in self.deaths],
+            "killed_workers": [k.to_dict() for k in self.killed_workers],
+            "task_errors": [t.to_dict() for t in self.task_errors],
+            "problems": [p.to_dict() for p in self.problems],
+        }

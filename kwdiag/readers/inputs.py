@@ -1,0 +1,68 @@
+"""Which files to read: paths, directories (recursively), ``-`` for stdin.
+
+Covers: expanding the command line into ``Input`` items and reporting paths that do not exist or
+directories with nothing to read as ``InputProblem`` (level ``error``).
+
+Does not cover: opening or decoding files (``kwdiag.readers.scan``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from kwdiag.analysis.model import InputProblem
+
+# In a directory, read files that look like logs; a file named on the command line is always read.
+LOG_SUFFIXES = {".log", ".jsonl", ".txt", ".out", ".err", ".gz", ".stderr", ".stdout", ".dmesg", ".journal", ""}
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str  # what evidence lines are attributed to (the path as given, or "<stdin>")
+    path: str | None  # None for stdin
+
+
+def _looks_like_log(p: Path) -> bool:
+    suffixes = p.suffixes
+    if not suffixes:
+        return not p.name.startswith(".")
+    if p.suffix == ".gz" and len(suffixes) >= 2:
+        return suffixes[-2] in LOG_SUFFIXES or True
+    return p.suffix in LOG_SUFFIXES or any(s in (".log", ".jsonl") for s in suffixes)
+
+
+def expand_inputs(paths: Iterable[str]) -> tuple[list[Input], list[InputProblem]]:
+    inputs: list[Input] = []
+    problems: list[InputProblem] = []
+    seen: set[str] = set()
+    for raw in paths:
+        if raw == "-":
+            inputs.append(Input("<stdin>", None))
+            continue
+        p = Path(raw)
+        if p.is_dir():
+            found = []
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for f in sorted(files):
+                    fp = Path(root) / f
+                    if fp.is_file() and _looks_like_log(fp):
+                        found.append(fp)
+            if not found:
+                problems.append(InputProblem(raw, "directory has no log files to read"))
+            for fp in found:
+                key = str(fp.resolve())
+                if key not in seen:
+                    seen.add(key)
+                    inputs.append(Input(str(fp), str(fp)))
+        elif p.exists():
+            key = str(p.resolve())
+            if key not in seen:
+                seen.add(key)
+                inputs.append(Input(raw, raw))
+        else:
+            problems.append(InputProblem(raw, "no such file or directory"))
+    return inputs, problems

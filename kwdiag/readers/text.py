@@ -1,0 +1,288 @@
+"""Turn candidate lines into ``Event``s: kwdiag JSONL lines, and text lines through the line rules.
+
+Covers: timestamps of the layouts seen in real logs (Dask/kwdiag ``2026-11-21 09:53:19,534 - logger
+- LEVEL - msg``, ISO 8601 prefixes as in ``kubectl logs --timestamps``, ``dmesg -T``), continuation
+lines (tracebacks, faulthandler dumps) taking the time of the record they belong to, the per-file
+worker context (the worker and incarnation address whose log this is, from ``Start worker at`` /
+``Worker name`` lines), which runtime wrote a file, and input problems (``InputProblem``).
+
+Does not cover: interpreting events (``kwdiag.timeline``). Dask's text timestamps are local time
+without a zone; they are read in the local zone of the machine running ``kwdiag`` (set ``TZ`` to
+the zone of the machine that wrote them).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from kwdiag.analysis.engine import RuleSet
+from kwdiag.analysis.model import InputProblem
+from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
+from kwdiag.readers.inputs import Input, expand_inputs
+from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
+
+DASK_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s+-\s+(\S+)\s+-\s+([A-Z]+)\s+-\s?(.*)$"
+)
+ISO_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s")
+DMESG_T = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
+TS_LOOKBACK = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error", "CRITICAL": "critical"}
+
+_local_cache: dict[str, float] = {}
+
+
+def _epoch(date: str, hms: str, frac: str | None, tz: str | None) -> float:
+    key = date + " " + hms + (tz or "")
+    base = _local_cache.get(key)
+    if base is None:
+        st = time.strptime(date + " " + hms, "%Y-%m-%d %H:%M:%S")
+        if tz is None:
+            base = time.mktime(st)
+        else:
+            base = float(calendar.timegm(st))
+            if tz != "Z":
+                sign = 1 if tz[0] == "+" else -1
+                hh, mm = int(tz[1:3]), int(tz[-2:])
+                base -= sign * (hh * 3600 + mm * 60)
+        if len(_local_cache) > 100_000:
+            _local_cache.clear()
+        _local_cache[key] = base
+    if frac:
+        base += int(frac[:6]) / 10 ** min(len(frac), 6)
+    return base
+
+
+def parse_prefix(text: str) -> tuple[float | None, str | None, str | None, str]:
+    """(ts, logger, level, message) of one text line; ts None when the line carries no time."""
+    m = DASK_LINE.match(text)
+    if m:
+        d, hms, frac, tz, logger, level, msg = m.groups()
+        return _epoch(d, hms, frac, tz), logger, LEVELS.get(level, "info"), msg
+    m = ISO_PREFIX.match(text)
+    if m:
+        d, hms, frac, tz = m.groups()
+        return _epoch(d, hms, frac, tz), None, None, text[m.end():]
+    m = DMESG_T.match(text)
+    if m:
+        try:
+            return time.mktime(time.strptime(m.group(1), "%a %b %d %H:%M:%S %Y")), None, None, text[m.end():].strip()
+        except ValueError:
+            pass
+    return None, None, None, text
+
+
+def clean(text: str) -> str:
+    """A log line without terminal control sequences or other C0 controls (tabs kept)."""
+    if "\x1b" in text:
+        text = ANSI.sub("", text)
+    if any(ord(c) < 32 and c != "\t" for c in text) or "\x7f" in text:
+        text = "".join(c if (c == "\t" or 32 <= ord(c) != 127) else "\ufffd" for c in text)
+    return text
+
+
+@dataclass
+class FileResult:
+    name: str
+    events: list[Event] = field(default_factory=list)
+    problems: list[InputProblem] = field(default_factory=list)
+    runtime: str | None = None
+    lines: int = 0
+    bytes: int = 0
+
+
+class _FileState:
+    def __init__(self, name: str, rules: RuleSet):
+        self.name = name
+        self.rules = rules
+        self.events: list[Event] = []
+        self.worker: str | None = None
+        self.address: str | None = None
+        self.last_ts: float | None = None
+        self.bad_utf8 = 0
+        self.first_bad_utf8: int | None = None
+        self.bad_json = 0
+        self.first_bad_json: tuple[int, str] | None = None
+        self.json_events = 0
+
+    def on_line(self, lineno: int, raw: bytes, block: bytes, start: int) -> None:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "replace")
+            self.bad_utf8 += 1
+            if self.first_bad_utf8 is None:
+                self.first_bad_utf8 = lineno
+        text = text.rstrip("\r")
+        origin = Origin(self.name, lineno)
+        stripped = text.lstrip()
+        if stripped.startswith("{") and '"v"' in stripped[:8]:
+            try:
+                ev = from_json_line(stripped, origin)
+            except EventDecodeError as exc:
+                self.bad_json += 1
+                if self.first_bad_json is None:
+                    self.first_bad_json = (lineno, str(exc))
+                return
+            self.json_events += 1
+            self.events.append(ev)
+            self.last_ts = ev.ts
+            self.events.extend(events_from_tail(ev, self.rules))
+            return
+        ts, logger, level, msg = parse_prefix(text)
+        if ts is None:
+            ts = self._lookback_ts(block, start)
+        else:
+            self.last_ts = ts
+        for rule, groups in self.rules.match_line(text):
+            self._emit(rule, groups, ts, level, clean(text), origin)
+
+    def _lookback_ts(self, block: bytes, start: int) -> float | None:
+        """Time of the nearest earlier timestamped line in this block (a traceback's record)."""
+        lo = max(0, start - 262144)
+        end = start
+        for _ in range(400):
+            p = block.rfind(b"\n", lo, end - 1) + 1 if end > lo else lo
+            if p <= lo and end <= lo:
+                break
+            m = TS_LOOKBACK.match(block, p)
+            if m:
+                ts, *_ = parse_prefix(block[p: block.find(b"\n", p)].decode("utf-8", "replace"))
+                if ts is not None:
+                    return ts
+            if p <= lo:
+                break
+            end = p
+        return self.last_ts
+
+    def _emit(self, rule, groups: dict[str, Any], ts: float | None, level: str | None, text: str,
+              origin: Origin) -> None:
+        kind = rule.emit_kind
+        fields: dict[str, Any] = dict(rule.emit_fields)
+        fields.update(groups)
+        fields["rule"] = rule.id
+        worker = fields.pop("worker", None)
+        if worker is not None:
+            worker = str(worker)
+        if kind == "worker-start":
+            self.address = fields.get("address")
+            self.worker = None
+        elif kind == "worker-name" and worker:
+            self.worker = worker
+            if self.address:
+                fields.setdefault("address", self.address)
+        if rule.context:
+            if worker is None:
+                worker = self.worker
+            if "address" not in fields and self.address and kind != "nanny-start":
+                fields["address"] = self.address
+        if ts is None:
+            fields["ts_unknown"] = True
+        self.events.append(Event(
+            ts=ts if ts is not None else 0.0,
+            source=rule.emit_source,
+            kind=kind,
+            worker=worker,
+            fields=fields,
+            level=level or ("error" if rule.severity == "error" else "info"),
+            message=text,
+            origin=origin,
+        ))
+
+
+def events_from_tail(ev: Event, rules: RuleSet) -> list[Event]:
+    """Evidence inside a kwdiag ``worker-exit`` event's ``stderr_tail`` (faulthandler dumps, tracebacks)."""
+    tail = ev.fields.get("stderr_tail")
+    if not tail:
+        return []
+    if isinstance(tail, str):
+        tail = tail.splitlines()
+    out = []
+    for line in list(tail)[-200:]:
+        if not isinstance(line, str):
+            continue
+        for rule, groups in rules.match_line(line[:MAX_LINE]):
+            fields = dict(rule.emit_fields)
+            fields.update(groups)
+            fields.update(rule=rule.id, via="stderr_tail")
+            fields.pop("worker", None)
+            if ev.fields.get("pid") is not None:
+                fields.setdefault("pid", ev.fields.get("pid"))
+            if ev.fields.get("incarnation") is not None:
+                fields.setdefault("incarnation", ev.fields.get("incarnation"))
+            out.append(Event(ts=ev.ts, source=rule.emit_source, kind=rule.emit_kind, worker=ev.worker,
+                             fields=fields, level="error", message=clean(line), origin=ev.origin))
+    return out
+
+
+def _runtime_of(head: bytes, json_events: int) -> str | None:
+    if b" - distributed." in head:
+        return "dask"
+    if json_events or b" - kwdiag." in head:
+        return "kwdiag"
+    return None
+
+
+def read_input(inp: Input, rules: RuleSet) -> FileResult:
+    """Read one input; never raises for bad input (problems are returned instead)."""
+    res = FileResult(inp.name)
+    state = _FileState(inp.name, rules)
+    try:
+        stats = scan(inp.path, rules.prefilter, state.on_line)
+    except InputUnreadable as exc:
+        res.problems.append(InputProblem(inp.name, str(exc)))
+        return res
+    except IsADirectoryError:
+        res.problems.append(InputProblem(inp.name, "is a directory"))
+        return res
+    except PermissionError:
+        res.problems.append(InputProblem(inp.name, "permission denied"))
+        return res
+    except OSError as exc:
+        res.problems.append(InputProblem(inp.name, f"cannot read: {exc.strerror or exc}"))
+        return res
+    res.events = state.events
+    res.lines, res.bytes = stats.lines, stats.bytes
+    res.runtime = _runtime_of(stats.head, state.json_events)
+    if stats.bytes == 0:
+        res.problems.append(InputProblem(inp.name, "empty input", "warning"))
+    if stats.truncated:
+        res.problems.append(InputProblem(inp.name, stats.truncated))
+    if stats.long_lines:
+        res.problems.append(InputProblem(
+            inp.name, f"{stats.long_lines} line(s) longer than {MAX_LINE // (1 << 20)} MiB (first at line "
+            f"{stats.first_long_line}); only their first {MAX_LINE // (1 << 20)} MiB were read", "warning"))
+    try:
+        stats.head.decode("utf-8")
+        head_ok = True
+    except UnicodeDecodeError as exc:
+        head_ok = exc.start >= len(stats.head) - 4  # a character cut at the block end is fine
+    if state.bad_utf8 or not head_ok:
+        where = f" (first at line {state.first_bad_utf8})" if state.first_bad_utf8 else ""
+        res.problems.append(InputProblem(inp.name, f"invalid UTF-8{where}; undecodable bytes were replaced",
+                                         "warning"))
+    if state.bad_json:
+        ln, why = state.first_bad_json
+        res.problems.append(InputProblem(
+            inp.name, f"{state.bad_json} line(s) look like kwdiag events but could not be decoded "
+            f"(first at line {ln}: {why})", "warning"))
+    return res
+
+
+def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list[FileResult], list[InputProblem]]:
+    """Read every input; events of all files merged by time (stable: file order within a tie)."""
+    inputs, problems = expand_inputs(paths)
+    results = []
+    events: list[Event] = []
+    for inp in inputs:
+        r = read_input(inp, rules)
+        results.append(r)
+        problems.extend(r.problems)
+        events.extend(r.events)
+    events.sort(key=lambda e: e.ts)
+    return events, results, problems

@@ -1,0 +1,49 @@
+"""``--format markdown``: a report to paste into an issue or a CI summary."""
+
+from __future__ import annotations
+
+from kwdiag.analysis.model import Report
+from kwdiag.report.text import conf, safe, when
+
+
+def _md(text: str) -> str:
+    return safe(text).replace("|", "\\|").replace("`", "'")
+
+
+def render_markdown(report: Report) -> str:
+    out = ["# kwdiag explain", ""]
+    if report.deaths:
+        out += ["| worker | incarnation | when | cause | detail | confidence |", "| --- | --- | --- | --- | --- | --- |"]
+        for d in report.deaths:
+            out.append(f"| {_md(d.worker)} | {d.incarnation} | {when(d.at)} | {d.cause} | {_md(d.detail)} | "
+                       f"{conf(d.confidence)} |")
+        out.append("")
+        for d in report.deaths:
+            out.append(f"## {_md(d.worker)} #{d.incarnation}: {d.cause} / {_md(d.detail)} ({conf(d.confidence)})")
+            if d.summary:
+                out.append(f"{_md(d.summary)}.")
+            out.append("")
+            for e in d.evidence:
+                out.append(f"- `{_md(e.file)}:{e.line}` {_md(e.text)}")
+            for h in d.hints:
+                out.append(f"- **fix ({h.runtime})**: {_md(h.text)}")
+            out.append("")
+    for k in report.killed_workers:
+        fair = {True: "fair", False: "unfair", None: "cannot tell"}[k.fair]
+        out.append(f"## KilledWorker: `{_md(k.task)}` — blame looks {fair}")
+        for d in k.deaths:
+            out.append(f"- {_md(d.worker)} #{d.incarnation} at {when(d.at)}: {d.cause}/{_md(d.detail)}")
+        for r in k.reasons:
+            out.append(f"- {_md(r)}")
+        for h in k.hints:
+            out.append(f"- **fix ({h.runtime})**: {_md(h.text)}")
+        out.append("")
+    if report.task_errors:
+        out.append("## Task errors (not worker deaths)")
+        for t in report.task_errors:
+            out.append(f"- `{_md(t.task or '?')}`: {_md(t.exception or '?')}")
+        out.append("")
+    for p in report.problems:
+        out.append(f"- input {p.level}: `{_md(p.path)}`: {_md(p.message)}")
+    out.append(f"**Verdict:** {_md(report.verdict())}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,64 @@
+"""Explain every ``sample_logs/<scenario>/`` that has an ``expected.json`` and compare.
+
+``expected.json`` is written from what the scenario's driver DID to the workers, not from what the
+analyzer says. Deaths are compared as a multiset of (worker, cause, detail) — never by timestamps —
+where ``detail_in_logs`` (when present) is the detail the logs can show (e.g. a --no-nanny SIGKILL
+leaves no trace of the signal). ``killed_workers`` compare by task, number of deaths and fairness.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kwdiag.analysis import analyze, load_rules
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+SCENARIOS = sorted(p.parent for p in SAMPLES.glob("*/expected.json"))
+RULES = None
+
+
+def _rules():
+    global RULES
+    if RULES is None:
+        RULES = load_rules()
+    return RULES
+
+
+def test_there_are_dask_samples():
+    assert len([s for s in SCENARIOS if s.name.startswith("dask-")]) >= 10
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_sample_scenario(scenario: Path):
+    expected = json.loads((scenario / "expected.json").read_text())
+    report = analyze([str(scenario)], rules=_rules())
+    assert not report.input_errors, report.input_errors
+    want = Counter((d["worker"], d["cause"], d.get("detail_in_logs", d["detail"])) for d in expected["deaths"])
+    got = Counter((d.worker, d.cause, d.detail) for d in report.deaths)
+    assert got == want, "\n" + "\n".join(
+        f"{d.worker}#{d.incarnation} {d.cause}/{d.detail} {d.confidence} {d.rules}" for d in report.deaths)
+    for d in report.deaths:
+        assert d.evidence, f"{d.worker}#{d.incarnation} has no evidence"
+        for e in d.evidence:
+            assert e.line >= 1 and Path(e.file).exists()
+        if d.failure and d.cause != "unknown":
+            assert d.confidence >= 0.5, (d.worker, d.cause, d.detail, d.confidence)
+            assert d.hints, f"{d.worker}#{d.incarnation} {d.cause}/{d.detail} has no fix"
+    kws = sorted((k.task, len(k.deaths), k.fair) for k in report.killed_workers)
+    want_kw = sorted((k["task"], k["deaths"], k["fair"]) for k in expected.get("killed_workers", []))
+    assert kws == want_kw
+    if "task_errors" in expected:
+        assert len(report.task_errors) == expected["task_errors"]
+
+
+def test_evidence_lines_are_the_lines_in_the_files():
+    for scenario in SCENARIOS:
+        report = analyze([str(scenario)], rules=_rules())
+        for d in report.deaths:
+            for e in d.evidence:
+                lines = Path(e.file).read_text(encoding="utf-8", errors="replace").splitlines()
+                assert lines[e.line - 1].startswith(e.text[:60].rstrip("…")), (e.file, e.line, e.text)

@@ -1,0 +1,130 @@
+"""Every rule's own examples, the rule set's lint, and the engine's contract (timeouts, user rules)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kwdiag.analysis.engine import (
+    RuleSet,
+    builtin_rules_dir,
+    example_matches,
+    lint_rules,
+    load_rule_files,
+    load_ruleset,
+)
+
+RULES, LOAD_ERRORS = load_rule_files([builtin_rules_dir()])
+EXAMPLES = [(r.id, ex, True) for r in RULES for ex in r.examples_match] + \
+           [(r.id, ex, False) for r in RULES for ex in r.examples_no_match]
+BY_ID = {r.id: r for r in RULES}
+
+
+def test_rules_load_without_errors():
+    assert LOAD_ERRORS == []
+    assert len(RULES) >= 40
+
+
+def test_rule_set_is_lint_clean():
+    assert lint_rules(RULES) == []
+
+
+@pytest.mark.parametrize("rule_id,example,should_match", EXAMPLES,
+                         ids=[f"{r}-{'match' if m else 'nomatch'}-{i}" for i, (r, _, m) in enumerate(EXAMPLES)])
+def test_rule_example(rule_id, example, should_match):
+    assert example_matches(BY_ID[rule_id], example) is should_match
+
+
+def test_every_rule_lives_in_its_area_directory_named_by_id():
+    for r in RULES:
+        p = Path(r.path)
+        assert p.stem == r.id
+        assert p.parent.parent == builtin_rules_dir()
+
+
+def _write_rule(tmp_path: Path, rid: str, body: str) -> Path:
+    d = tmp_path / "mine"
+    d.mkdir(exist_ok=True)
+    p = d / f"{rid}.toml"
+    p.write_text(textwrap.dedent(body))
+    return d
+
+
+GOOD = """
+id = "my-rule"
+title = "My rule"
+why = "Because."
+severity = "error"
+[match]
+keywords = ["BOOM"]
+patterns = ['BOOM (?P<code>\\d+)']
+[event]
+kind = "exception"
+source = "worker"
+[verdict]
+cause = "unrecoverable_exception"
+detail = "boom"
+weight = 0.7
+[remediation]
+dask = "Stop the boom."
+[examples]
+match = ["BOOM 12"]
+no_match = ["boom 12"]
+"""
+
+
+def test_lint_catches_each_problem(tmp_path):
+    bad = GOOD.replace('title = "My rule"', 'title = ""').replace('no_match = ["boom 12"]', 'no_match = ["BOOM 3"]')
+    d = _write_rule(tmp_path, "my-rule", bad)
+    _write_rule(tmp_path, "dask-nanny-sigkill", GOOD.replace('"my-rule"', '"dask-nanny-sigkill"'))
+    (d / "broken.toml").write_text("id = 'broken'\n[match]\npatterns = ['(unclosed']\n")
+    rules, errors = load_rule_files([builtin_rules_dir(), d])
+    problems = "\n".join(lint_rules(rules, errors))
+    assert "empty title" in problems
+    assert "must not match but does" in problems
+    assert "duplicate id" in problems
+    assert "does not compile" in problems
+
+
+def test_lint_requires_keywords_covering_the_pattern(tmp_path):
+    d = _write_rule(tmp_path, "my-rule", GOOD.replace('keywords = ["BOOM"]', 'keywords = ["KABOOM"]'))
+    rules, errors = load_rule_files([d])
+    assert any("example does not match" in p for p in lint_rules(rules, errors))
+
+
+def test_user_rules_are_used_beside_the_builtins(tmp_path):
+    d = _write_rule(tmp_path, "my-rule", GOOD)
+    rs, errors = load_ruleset([d])
+    assert errors == []
+    assert "my-rule" in rs.by_id and "dask-nanny-sigkill" in rs.by_id
+    hits = rs.match_line("2026-01-01 00:00:00,000 - x - ERROR - BOOM 42")
+    assert [(r.id, g) for r, g in hits] == [("my-rule", {"code": 42})]
+
+
+def test_catastrophic_user_pattern_times_out_instead_of_hanging(tmp_path):
+    body = GOOD.replace("patterns = ['BOOM (?P<code>\\\\d+)']", "patterns = ['BOOM (a+)+$']") \
+        .replace('match = ["BOOM 12"]', 'match = ["BOOM aaa"]')
+    d = _write_rule(tmp_path, "my-rule", body)
+    rs, _ = load_ruleset([d])
+    import time
+
+    t = time.perf_counter()
+    rs.match_line("BOOM " + "a" * 40 + "!")
+    assert time.perf_counter() - t < 2.0
+
+
+def test_prefilter_passes_every_match_example():
+    rs = RuleSet(RULES)
+    for r in RULES:
+        for ex in r.examples_match:
+            if r.is_line_rule:
+                assert rs.prefilter.search(ex.encode()), (r.id, ex)
+
+
+def test_event_rules_read_kwdiag_events():
+    rs = RuleSet(RULES)
+    line = json.loads(BY_ID["kwdiag-exit-memory"].examples_match[0])
+    assert [r.id for r in rs.match_event(line["kind"], line["fields"])] == ["kwdiag-exit-memory"]
