@@ -64,6 +64,8 @@ class _LoopThread:
         try:
             return future.result(timeout)
         except TimeoutError:
+            if future.done():
+                raise  # the coroutine's own TimeoutError
             future.cancel()
             raise TimeoutError(f"timed out after {timeout} s.") from None
 
@@ -364,8 +366,11 @@ class Client:
 
     # ---------------------------------------------------------------- submitting
     def submit(self, func: Any, *args: Any, key: str | None = None, workers: Any = None, pure: bool = True,
-               **kwargs: Any) -> Future:
-        """Run ``func(*args, **kwargs)`` on the cluster; futures among the arguments become dependencies."""
+               allow_other_workers: bool = False, **kwargs: Any) -> Future:
+        """Run ``func(*args, **kwargs)`` on the cluster; futures among the arguments become dependencies.
+
+        ``workers=`` restricts where it runs (addresses or names); with ``allow_other_workers=True``
+        that is only a preference, used while one of those workers is alive."""
         if not callable(func):
             raise TypeError("first argument to submit must be a callable")
         spec, deps = _dumps_spec(func, args, kwargs)
@@ -373,11 +378,11 @@ class Client:
             key = f"{_funcname(func)}-{hashlib.sha1(spec).hexdigest() if pure else uuid.uuid4().hex}"
         future = Future(key, self)
         self._send({"op": "update-graph", "tasks": [{"key": key, "spec": spec, "deps": deps,
-                                                     "workers": _as_list(workers)}]})
+                                                     "workers": _as_list(workers), "loose": allow_other_workers}]})
         return future
 
     def map(self, func: Any, *iterables: Iterable, key: str | list[str] | None = None, workers: Any = None,
-            pure: bool = True, **kwargs: Any) -> list[Future]:
+            pure: bool = True, allow_other_workers: bool = False, **kwargs: Any) -> list[Future]:
         """``submit`` for each element of the zipped iterables, sent to the scheduler in one message."""
         if not callable(func):
             raise TypeError("first argument to map must be a callable")
@@ -392,7 +397,7 @@ class Client:
             k = key[i] if isinstance(key, (list, tuple)) else \
                 f"{prefix}-{hashlib.sha1(spec).hexdigest() if pure else uuid.uuid4().hex}"
             futures.append(Future(k, self))
-            tasks.append({"key": k, "spec": spec, "deps": deps, "workers": restrictions})
+            tasks.append({"key": k, "spec": spec, "deps": deps, "workers": restrictions, "loose": allow_other_workers})
         if tasks:
             self._send({"op": "update-graph", "tasks": tasks})
         return futures
@@ -560,7 +565,7 @@ class Client:
 
     def restart(self, timeout: float = 60) -> "Client":
         """Kill every worker, flush the scheduler's task state, and wait for the workers to come back."""
-        self._request("restart", timeout=timeout + 10, **{"timeout": timeout})
+        self._request("restart", timeout=timeout + 10, wait=timeout)
         return self
 
     def get_versions(self, check: bool = False, packages: list[str] | None = None) -> dict:

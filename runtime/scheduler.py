@@ -39,7 +39,7 @@ ACTIVE = (WAITING, READY, PROCESSING)
 class TaskState:
     __slots__ = ("key", "run_spec", "deps", "dependents", "state", "who_has", "processing_on", "executing",
                  "suspicious", "death_workers", "error", "wanted_by", "restrictions", "waiting_on", "priority",
-                 "nbytes", "scattered", "missing_retries")
+                 "nbytes", "scattered", "missing_retries", "loose")
 
     def __init__(self, key: str, run_spec: bytes | None, priority: int):
         self.key = key
@@ -60,6 +60,7 @@ class TaskState:
         self.nbytes = 0
         self.scattered = run_spec is None
         self.missing_retries = 0
+        self.loose = False  # restrictions are a preference only (allow_other_workers)
 
     def __repr__(self) -> str:
         return f"<Task {self.key!r} {self.state}>"
@@ -263,6 +264,7 @@ class Scheduler:
             if ts is None:
                 ts = TaskState(key, spec["spec"], next(self._priority))
                 ts.restrictions = set(spec["workers"]) if spec.get("workers") else None
+                ts.loose = bool(spec.get("loose"))
                 self.tasks[key] = ts
                 created.append(ts)
             elif ts.state == RELEASED and ts.run_spec is None and spec.get("spec") is not None:
@@ -342,6 +344,8 @@ class Scheduler:
             candidates = running
             if ts.restrictions:
                 candidates = [ws for ws in running if ws.address in ts.restrictions or ws.name in ts.restrictions]
+                if not candidates and ts.loose:
+                    candidates = running
             free = [ws for ws in candidates if self._capacity(ws) > 0]
             if not free:
                 if ts.restrictions:  # others may still fit elsewhere
@@ -813,7 +817,7 @@ class Scheduler:
         return {"status": "ok"}
 
     async def handle_restart(self, stream: Stream, msg: dict) -> dict:
-        timeout = float(msg.get("timeout") or 60)
+        timeout = float(msg.get("wait") or 60)
         olds = list(self.workers.values())
         n = len(olds)
         self.rec.event("restart", f"Restarting all workers and releasing all keys ({n} workers)", level="info",

@@ -155,6 +155,9 @@ class Worker:
         stream = Stream(comm, self.scheduler_handlers, on_close=self._on_scheduler_closed,
                         on_bad_frame=self._on_bad_frame)
         reader = background(stream.run())
+        # Bind before registering: the scheduler may send work right after it registers us, before we
+        # read its reply, and "started" must reach it for blame to be right. One stream keeps order.
+        self.scheduler = stream
         reply = await stream.request(
             "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
             memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
@@ -164,13 +167,13 @@ class Worker:
                            f"{reply.get('table') or ''}", level="error", exception="VersionMismatch",
                            error=reply.get("reason"), traceback=reply.get("table"))
             self._tell_nanny("C refused")
+            self.scheduler = None
             stream.close()
             reader.cancel()
             self._exit(EXIT_REFUSED)
             return
         if reply.get("warning"):
             self.rec.event("versions-mismatch", reply["warning"], level="warning", peer="scheduler")
-        self.scheduler = stream
         if first:
             logger.info("        Registered to: %26s", self.scheduler_address)
         else:

@@ -1,0 +1,310 @@
+"""Worker deaths for real: SIGKILL, SIGSTOP, segfaults, memory blow-ups, graceful exits.
+
+Each test builds its own cluster in its own log directory and asserts on what the processes did
+(results, exceptions) and on what they recorded (events), since both are the product.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from conftest import read_events, wait_for_event, wait_until, worker_address, worker_pid
+from kwdiag.runtime import Client, KilledWorker, LocalCluster, ScatteredDataLost
+
+
+def inc(x):
+    return x + 1
+
+
+def slow_identity(x, seconds):
+    time.sleep(seconds)
+    return x
+
+
+def segfault():
+    ctypes.string_at(0)
+
+
+def busy_python(seconds):
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return n
+
+
+def hog_memory(step_mb=20, limit_mb=4000):
+    chunks = []
+    for _ in range(limit_mb // step_mb):
+        chunks.append(bytearray(step_mb * 2**20))  # bytearray pages are touched: real RSS
+        time.sleep(0.02)
+    return len(chunks)
+
+
+def executing_on(client, name):
+    workers = client.scheduler_info()["workers"]
+    return next((info["executing"] for info in workers.values() if info["name"] == name), [])
+
+
+def test_sigkill_mid_task_is_noticed_at_once_rerouted_and_lost_results_recomputed(log_dir):
+    with LocalCluster(n_workers=2, nanny=False, memory_limit=None, log_dir=log_dir) as cluster, \
+            Client(cluster) as client:
+        a = client.submit(inc, 1, workers=["worker-0"], allow_other_workers=True)
+        assert a.result(timeout=30) == 2
+        victim = worker_address(cluster, "worker-0")
+        busy = client.submit(slow_identity, "done", 3, workers=None, pure=False)
+        wait_until(lambda: client.who_has([a])[a.key] and any(
+            busy.key in i["executing"] for i in client.scheduler_info()["workers"].values()), what="busy task running")
+        holder = next(n for n, i in client.scheduler_info()["workers"].items() if busy.key in i["executing"])
+        killed_at = time.time()
+        os.kill(worker_pid(cluster, "worker-0"), signal.SIGKILL)
+        removed = wait_for_event(log_dir, "worker-removed", address=victim)[0]
+        assert removed.fields["how"] == "connection-closed" and removed.fields["expected"] is False
+        assert removed.ts - killed_at < 2.0          # a closed connection is noticed at once
+        assert a.key in removed.fields["lost"]        # its only copy was there
+        if holder == victim:
+            assert busy.key in removed.fields["blamed"] and busy.key in removed.fields["rerouted"]
+        # Recomputed from lineage on the survivor: the result is right and lives elsewhere now.
+        assert a.result(timeout=30) == 2
+        assert busy.result(timeout=30) == "done"
+        survivor = worker_address(cluster, "worker-1")
+        assert client.who_has([a])[a.key] == [survivor]
+        assert client.submit(inc, a).result(timeout=30) == 3
+
+
+def test_nanny_restarts_a_killed_worker_and_records_the_exit(log_dir):
+    with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit="1GiB", log_dir=log_dir) as cluster, \
+            Client(cluster) as client:
+        job = client.submit(slow_identity, 1, 30, pure=False)
+        wait_until(lambda: executing_on(client, "worker-0"), what="task running")
+        pid = worker_pid(cluster, "worker-0")
+        os.kill(pid, signal.SIGKILL)
+        exit_event = wait_for_event(log_dir, "worker-exit", pid=pid)[0]
+        assert exit_event.source == "nanny" and exit_event.worker == "worker-0"
+        assert exit_event.fields["exitcode"] == -9 and exit_event.fields["signal_name"] == "SIGKILL"
+        assert exit_event.fields["caused_by"] is None and exit_event.fields["will_restart"] is True
+        assert exit_event.fields["running_tasks"] == [job.key]
+        assert exit_event.fields["memory_samples"] and exit_event.fields["memory_limit"] == 2**30
+        wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
+                   what="second incarnation registered")
+        assert client.submit(inc, 1).result(timeout=30) == 2
+        client.cancel_job = job  # keep the long task referenced until the cluster closes
+
+
+def test_missed_heartbeats_remove_a_hung_worker_and_its_nanny_replaces_it(log_dir):
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir,
+                      scheduler_kwargs={"worker_ttl": "1s", "heartbeat_interval": "0.2s"}) as cluster, \
+            Client(cluster) as client:
+        victim = worker_address(cluster, "worker-0")
+        pid = worker_pid(cluster, "worker-0")
+        stopped_at = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            removed = wait_for_event(log_dir, "worker-removed", address=victim)[0]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert removed.fields["how"] == "heartbeat-timeout"
+        assert 1.0 <= removed.ts - stopped_at < 1.0 + 0.2 + 1.0   # the ttl, one heartbeat, and slack for a busy box
+        assert removed.fields["noticed_after"] >= 1.0
+        exit_event = wait_for_event(log_dir, "worker-exit", pid=pid)[0]
+        assert exit_event.fields["caused_by"] == "heartbeat-timeout" and exit_event.fields["signal_name"] == "SIGKILL"
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="replacement registered")
+        assert client.submit(inc, 2).result(timeout=30) == 3
+
+
+def test_a_busy_healthy_worker_is_not_removed(log_dir):
+    with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit=None, log_dir=log_dir,
+                      scheduler_kwargs={"worker_ttl": "1s", "heartbeat_interval": "0.2s"}) as cluster, \
+            Client(cluster) as client:
+        sleeper = client.submit(slow_identity, "slept", 2.5)
+        spinner = client.submit(busy_python, 2.5)
+        assert sleeper.result(timeout=30) == "slept" and spinner.result(timeout=30) > 0
+        assert not read_events(log_dir, "worker-removed")
+
+
+def test_a_task_that_kills_every_worker_gets_killed_worker_and_the_cluster_keeps_working(log_dir):
+    with LocalCluster(n_workers=2, memory_limit="1GiB", log_dir=log_dir,
+                      scheduler_kwargs={"allowed_failures": 1}) as cluster, Client(cluster) as client:
+        bad = client.submit(segfault)
+        with pytest.raises(KilledWorker) as info:
+            bad.result(timeout=60)
+        assert info.value.task == bad.key and info.value.last_worker.startswith("tcp://127.0.0.1:")
+        assert bad.key in str(info.value)
+        killed = wait_for_event(log_dir, "killed-worker", source="scheduler")[0]
+        assert killed.fields["deaths"] == 2 and killed.fields["allowed_failures"] == 1
+        exits = read_events(log_dir, "worker-exit")
+        assert len(exits) == 2 and all(e.fields["signal_name"] == "SIGSEGV" for e in exits)
+        assert all(e.fields["running_tasks"] == [bad.key] for e in exits)
+        removals = read_events(log_dir, "worker-removed")
+        assert all(bad.key in r.fields["blamed"] for r in removals)
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="workers restarted")
+        assert client.submit(inc, 1).result(timeout=30) == 2
+
+
+def test_allowed_failures_default_is_three(log_dir):
+    with LocalCluster(n_workers=2, memory_limit="1GiB", log_dir=log_dir) as cluster, Client(cluster) as client:
+        with pytest.raises(KilledWorker):
+            client.submit(os._exit, 1).result(timeout=90)
+        assert wait_for_event(log_dir, "killed-worker")[0].fields["deaths"] == 4
+        assert len(read_events(log_dir, "worker-exit")) == 4
+
+
+def test_nanny_terminates_a_worker_past_its_memory_budget(log_dir):
+    limit = 400 * 2**20
+    with LocalCluster(n_workers=1, memory_limit=limit, log_dir=log_dir,
+                      scheduler_kwargs={"allowed_failures": 0}) as cluster, Client(cluster) as client:
+        hog = client.submit(hog_memory)
+        with pytest.raises(KilledWorker):
+            hog.result(timeout=60)
+        terminate = wait_for_event(log_dir, "nanny-memory-terminate")[0]
+        assert terminate.fields["rss"] > 0.95 * limit and terminate.fields["running_tasks"] == [hog.key]
+        assert "exceeded 95% memory budget" in terminate.message
+        exit_event = wait_for_event(log_dir, "worker-exit")[0]
+        assert exit_event.fields["caused_by"] == "memory" and exit_event.fields["exitcode"] in (-15, -9)
+        samples = exit_event.fields["memory_samples"]
+        assert len(samples) >= 3 and samples[-1][1] > samples[0][1]       # the climb, as a time series
+        assert exit_event.fields["peak_rss"] > 0.95 * limit
+        wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
+                   what="worker restarted after the memory kill")
+
+
+def test_nanny_backs_off_a_restart_loop(log_dir):
+    from conftest import spawn_entry, stop
+
+    with LocalCluster(n_workers=0, log_dir=log_dir) as cluster:
+        nanny = spawn_entry(["worker", "--scheduler-file", cluster.scheduler_file, "--name", "broken",
+                             "--log-dir", log_dir, "--preload", "no_such_module_for_kwdiag_tests"],
+                            os.path.join(log_dir, "broken.log"),
+                            env={"KWDIAG_SECRET": cluster.secret.hex(), "KWDIAG_RESTART_BACKOFF_AFTER": "2"})
+        try:
+            backoff = wait_for_event(log_dir, "restart-backoff")[0]
+            assert backoff.fields["delay"] > 0 and backoff.fields["recent_deaths"] >= 2
+            fatal = read_events(log_dir, "worker-fatal")[0]
+            assert fatal.fields["exception"] == "ModuleNotFoundError"
+            exits = read_events(log_dir, "worker-exit")
+            assert exits and all(e.fields["exitcode"] == 1 for e in exits)
+            assert "ModuleNotFoundError" in "\n".join(exits[0].fields["stderr_tail"])
+        finally:
+            stop(nanny)
+
+
+def test_without_a_nanny_a_dead_worker_stays_dead(log_dir):
+    with LocalCluster(n_workers=2, nanny=False, memory_limit=None, log_dir=log_dir) as cluster, \
+            Client(cluster) as client:
+        os.kill(worker_pid(cluster, "worker-0"), signal.SIGKILL)
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 1, what="removal")
+        assert not [p for p in os.listdir(log_dir) if p.startswith("nanny-")]
+        assert client.submit(inc, 1).result(timeout=30) == 2
+        assert len(client.scheduler_info()["workers"]) == 1
+
+
+def test_sigterm_without_nanny_hands_work_back_and_logs_the_end(log_dir):
+    with LocalCluster(n_workers=2, nanny=False, memory_limit=None, log_dir=log_dir) as cluster, \
+            Client(cluster) as client:
+        stay = client.submit(inc, 10, workers=["worker-0"])
+        assert stay.result(timeout=30) == 11
+        job = client.submit(slow_identity, "ok", 1.5, workers=None, pure=False)
+        wait_until(lambda: executing_on(client, "worker-0") or executing_on(client, "worker-1"), what="running")
+        victim_name = "worker-0" if executing_on(client, "worker-0") else "worker-1"
+        victim = worker_address(cluster, victim_name)
+        os.kill(worker_pid(cluster, victim_name), signal.SIGTERM)
+        end = wait_for_event(log_dir, "worker-end", worker=victim_name)[0]
+        assert end.fields["reason"] == "signal-15"
+        closing = read_events(log_dir, "worker-closing", worker=victim_name)[0]
+        assert closing.fields["reason"] == "signal-15"
+        removed = wait_for_event(log_dir, "worker-removed", address=victim)[0]
+        assert removed.fields["expected"] is True and removed.fields["blamed"] == []
+        assert job.result(timeout=30) == "ok"
+        assert stay.result(timeout=30) == 11
+        assert cluster.processes[victim_name].wait(30) == 0
+
+
+def test_sigterm_to_a_nanny_closes_its_worker_gracefully_without_restart(log_dir):
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        data = client.submit(inc, 1, workers=["worker-0"])
+        assert data.result(timeout=30) == 2
+        cluster.processes["worker-0"].send_signal(signal.SIGTERM)
+        exit_event = wait_for_event(log_dir, "worker-exit", worker="worker-0")[0]
+        assert exit_event.fields["exitcode"] == 0 and exit_event.fields["will_restart"] is False
+        assert exit_event.fields["caused_by"] == "shutdown"
+        assert wait_for_event(log_dir, "worker-end", worker="worker-0")[0].fields["reason"] == "signal-15"
+        assert cluster.processes["worker-0"].wait(30) == 0
+        assert data.result(timeout=30) == 2           # its data was handed to the survivor
+        assert len(client.scheduler_info()["workers"]) == 1
+
+
+def test_retire_workers_moves_data_and_is_not_a_failure(log_dir):
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        x = client.submit(inc, 1, workers=["worker-0"])
+        assert x.result(timeout=30) == 2
+        address = worker_address(cluster, "worker-0")
+        retired = client.retire_workers([address])
+        assert list(retired) == [address]
+        removed = wait_for_event(log_dir, "worker-removed", address=address)[0]
+        assert removed.fields["how"] == "retired" and removed.fields["expected"] and not removed.fields["lost"]
+        assert wait_for_event(log_dir, "worker-end", worker="worker-0")[0].fields["reason"] == "retired"
+        assert client.who_has([x])[x.key] == [worker_address(cluster, "worker-1")]
+        assert x.result(timeout=30) == 2
+        assert cluster.processes["worker-0"].wait(30) == 0    # nanny left too: no restart
+
+
+def test_lifetime_and_scale_down_are_chosen_exits(log_dir):
+    from conftest import spawn_entry
+
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        short = spawn_entry(["worker", "--scheduler-file", cluster.scheduler_file, "--name", "short-lived",
+                             "--lifetime", "1.5s", "--log-dir", log_dir], os.path.join(log_dir, "short-lived.log"),
+                            env={"KWDIAG_SECRET": cluster.secret.hex()})
+        end = wait_for_event(log_dir, "worker-end", worker="short-lived")[0]
+        assert end.fields["reason"] == "lifetime"
+        assert short.wait(30) == 0
+        cluster.scale(1)
+        assert len(client.scheduler_info()["workers"]) == 1
+        removals = [e for e in read_events(log_dir, "worker-removed") if e.worker != "short-lived"]
+        assert [e.fields["how"] for e in removals] == ["retired"] and removals[0].fields["expected"]
+        assert client.submit(inc, 1).result(timeout=30) == 2
+
+
+def test_losing_scattered_data_fails_dependents_by_name_and_replicas_survive(log_dir):
+    with LocalCluster(n_workers=2, nanny=False, memory_limit=None, log_dir=log_dir) as cluster, \
+            Client(cluster) as client:
+        w0 = worker_address(cluster, "worker-0")
+        lonely = client.scatter({"lonely-data": 10}, workers=[w0])["lonely-data"]
+        safe = client.scatter({"safe-data": 20}, workers=[w0])["safe-data"]
+        client.replicate([safe], n=2)
+        assert len(client.who_has([safe])["safe-data"]) == 2
+        os.kill(worker_pid(cluster, "worker-0"), signal.SIGKILL)
+        event = wait_for_event(log_dir, "scattered-lost")[0]
+        assert event.fields["key"] == "lonely-data"
+        with pytest.raises(ScatteredDataLost, match="lonely-data"):
+            client.submit(inc, lonely).result(timeout=30)     # a clear error naming the key, not a hang
+        with pytest.raises(ScatteredDataLost):
+            lonely.result(timeout=30)
+        assert client.submit(inc, safe).result(timeout=30) == 21
+        assert safe.result(timeout=30) == 20
+
+
+def test_restart_kills_every_worker_flushes_state_and_brings_them_back(log_dir):
+    from kwdiag.runtime import FutureCancelledError
+
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        before = {i["name"]: i["pid"] for i in client.scheduler_info()["workers"].values()}
+        done = client.submit(inc, 1)
+        assert done.result(timeout=30) == 2
+        pending = client.submit(slow_identity, 1, 30, pure=False)
+        client.restart()
+        after = {i["name"]: i["pid"] for i in client.scheduler_info()["workers"].values()}
+        assert set(after) == set(before) and not set(after.values()) & set(before.values())
+        assert client.scheduler_info()["tasks"] == {}
+        with pytest.raises(FutureCancelledError):
+            pending.result(timeout=30)
+        exits = read_events(log_dir, "worker-exit")
+        assert len(exits) == 2 and all(e.fields["caused_by"] == "restart" for e in exits)
+        assert read_events(log_dir, "restart", source="scheduler")
+        assert client.submit(inc, 5).result(timeout=30) == 6
