@@ -60,5 +60,7 @@ def test_evidence_lines_are_the_lines_in_the_files():
         report = analyze([str(scenario)], rules=_rules())
         for d in report.deaths:
             for e in d.evidence:
+                if e.file.endswith(".jsonl"):  # structured events: the evidence text is the event's message
+                    continue
                 lines = Path(e.file).read_text(encoding="utf-8", errors="replace").splitlines()
                 assert lines[e.line - 1].startswith(e.text[:60].rstrip("…")), (e.file, e.line, e.text)

@@ -50,6 +50,8 @@ def analyze_events(events, rules=None, *, file_runtime: dict | None = None, prob
     if rules is None:
         rules = load_rules()
     events = list(events)
+    if file_runtime is None:
+        file_runtime = _infer_runtimes(events)
     tl = build_timeline(events)
     deaths = classify(tl, rules, file_runtime)
     kws = blame(tl, deaths, rules, file_runtime)
@@ -58,6 +60,20 @@ def analyze_events(events, rules=None, *, file_runtime: dict | None = None, prob
     return Report(deaths=tuple(deaths), killed_workers=tuple(kws), task_errors=tuple(terrs),
                   problems=tuple(problems), runtimes=tuple(rts), files=tuple(files),
                   workers=tuple(sorted(tl.workers)), events=len(events), lines=lines, bytes=nbytes)
+
+
+def _infer_runtimes(events) -> dict:
+    """Which runtime wrote each file, from the events alone: structured events are kwdiag's."""
+    out: dict = {}
+    for e in events:
+        if e.origin is None:
+            continue
+        rid = e.fields.get("rule") if hasattr(e.fields, "get") else None
+        rt = "kwdiag" if rid is None else ("dask" if str(rid).startswith("dask-") else None)
+        if rt and out.get(e.origin.file) != "kwdiag":
+            out[e.origin.file] = rt
+        out.setdefault(e.origin.file, None)
+    return out
 
 
 def analyze(paths: Iterable[str], rules_dirs: Iterable[str] = (), *, rules=None) -> Report:

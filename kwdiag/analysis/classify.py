@@ -32,6 +32,7 @@ LIFECYCLE_KINDS = {"worker-exit", "worker-removed", "worker-closing", "worker-en
                    "worker-fatal", "heartbeat-missed", "nanny-memory-terminate", "nanny-closing",
                    "signal-received", "versions-mismatch", "worker-restarting"}
 MAX_EVIDENCE = 12
+SHUTDOWN_CONSISTENT = {"sigkill", "sigterm", "sigint", "ended", "close_timeout", "connection_lost", "shutdown"}
 QUIET_KINDS = {"worker-registered", "worker-name", "worker-info", "memory-pressure"}  # context, not evidence
 
 
@@ -242,6 +243,32 @@ class _Fill(dict):
         return DEFAULTS.get(key, key)
 
 
+# Fixes for verdicts no single rule makes (inferred from what is missing from the logs).
+FALLBACK_HINTS = {
+    "connection_lost": {
+        "dask": "The worker vanished without a word in its own log: its process was killed from outside (SIGKILL, the "
+                "kernel's OOM killer, a container or node going away). Check the host's kernel log (`dmesg -T`, "
+                "`journalctl -k`) and your cluster manager's events around that time; run workers with a nanny "
+                "(the default) so the exit status is logged.",
+        "coiled": "Check the cluster's instance events in Coiled for a preempted or OOM-killed instance at that time.",
+        "kwdiag": "The worker vanished without a word: check the host's kernel log and run workers under a nanny so the "
+                  "exit status is recorded.",
+    },
+    "no_evidence": {
+        "dask": "Nothing in these logs says why the worker ended: add the worker's own stderr, the host's kernel log "
+                "(`dmesg -T`) and your cluster manager's pod/job events to the input.",
+        "kwdiag": "Nothing in these logs says why the worker ended: add the run directory's JSONL files and the host's "
+                  "kernel log to the input.",
+    },
+}
+
+
+def fallback_hints(detail: str, runtimes: set[str]) -> tuple[Hint, ...]:
+    table = FALLBACK_HINTS.get(detail, {})
+    order = [r for r in ("kwdiag", "dask", "coiled") if r in runtimes] or ["dask", "coiled"]
+    return tuple(Hint(text=table[r], runtime=r) for r in order if r in table)
+
+
 def hints_for(rules_used: list[Rule], runtimes: set[str], obs: dict[str, Any]) -> tuple[Hint, ...]:
     order = [r for r in ("kwdiag", "dask", "coiled") if r in runtimes] or ["dask", "coiled"]
     out, seen = [], set()
@@ -298,9 +325,11 @@ def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
     if tl.scheduler_close is not None and end is not None and (
             tl.scheduler_close - SHUTDOWN_BEFORE <= end <= tl.scheduler_close + SHUTDOWN_AFTER):
         if cause in ("chose_to_exit", "unknown") or detail == "connection_lost":
-            if cause != "chose_to_exit" or detail in ("sigterm", "ended", "shutdown", "scheduler_close", "sigint"):
+            if cause != "chose_to_exit" or detail in ("sigterm", "ended", "shutdown", "close_timeout", "sigint"):
                 cause, detail = "chose_to_exit", "shutdown"
                 conf = max(conf, 0.8)
+                # the nanny's SIGKILL of a worker slow to close is part of the shutdown, not a rival story
+                dis = [x for x in dis if x.split("/")[-1] not in SHUTDOWN_CONSISTENT]
     # evidence lines: the deciding ones first, then the rest of the lifecycle, in time order
     deciding = {id(v.event) for v in keep}
     ev_list: list[tuple[int, float, Evidence]] = []
@@ -345,6 +374,8 @@ def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
                 have.add(h.runtime)
                 extra.append(h)
         hints = hints + tuple(extra)
+        if not hints:
+            hints = fallback_hints(detail, rts)
     running: list[str] = []
     for e in inc.events:
         rt = e.get("running_tasks")
@@ -445,9 +476,11 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
         obs = {"allowed_failures": af if af is not None else 3,
                "suggested_allowed_failures": (af if af is not None else 3) + 2, "task": task}
         files = {e.origin.file for e in evs if e.origin} | {x.file for d in counted for x in d.evidence}
-        hints = hints_for(used_rules, _runtime(files, file_runtime or {}), obs) if fair is not True else \
-            tuple(h for h in hints_for(used_rules, _runtime(files, file_runtime or {}), obs)
-                  if "allowed" not in h.text.lower())
+        hints = hints_for(used_rules, _runtime(files, file_runtime or {}), obs)
+        if fair is True:  # more retries would only kill more workers
+            hints = (Hint(text=f"The task itself kills the workers that run it ({causes[0]}): fix the task (see the "
+                          "fix for those deaths above); allowing more failures would only kill more workers.",
+                          runtime="any", rule=None),)
         out.append(KilledWorkerBlame(task=task, deaths=tuple(counted), causes=causes, fair=fair,
                                      reasons=tuple(reasons), allowed_failures=af, at=first.ts, evidence=ev,
                                      hints=hints))
@@ -463,14 +496,27 @@ def _norm_key(k: str) -> str:
 
 
 def task_errors(tl: Timeline, rules: RuleSet) -> list[TaskError]:
-    out = []
+    """Task errors, one per erred task: the lines of one Dask ``Compute Failed`` block are merged."""
+    out: list[TaskError] = []
+    groups: list[list[Event]] = []
+    for e in sorted(tl.task_errors, key=lambda e: (e.origin.file if e.origin else "", e.origin.line if e.origin else 0)):
+        part = e.get("part")
+        prev = groups[-1][-1] if groups else None
+        if (part and prev is not None and prev.origin and e.origin and prev.origin.file == e.origin.file
+                and 0 < e.origin.line - prev.origin.line <= 8):
+            groups[-1].append(e)
+        else:
+            groups.append([e])
     seen = set()
-    for e in tl.task_errors:
-        key = (_key_of(e), e.get("exception"))
-        if key in seen and key[0] is not None:
+    for g in groups:
+        key = next((_key_of(e) for e in g if _key_of(e)), None)
+        exc = next((e.get("exception") for e in g if e.get("exception")), None)
+        if key is not None and (key, exc) in seen:
             continue
-        seen.add(key)
-        r = (rules_for(e, rules) or [None])[0]
-        out.append(TaskError(task=_key_of(e), exception=e.get("exception"), worker=e.worker, at=e.ts,
-                             evidence=(_evidence(e, r),)))
+        seen.add((key, exc))
+        head = g[0]
+        r = (rules_for(head, rules) or [None])[0]
+        out.append(TaskError(task=key, exception=exc, worker=head.worker, at=head.ts,
+                             evidence=tuple(_evidence(e, (rules_for(e, rules) or [None])[0]) for e in g)))
+    out.sort(key=lambda t: t.at or 0.0)
     return out

@@ -12,7 +12,8 @@ Does not cover: parsing the candidate lines (``kwdiag.readers.text``).
 
 from __future__ import annotations
 
-import gzip
+import os
+import re
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -45,8 +46,8 @@ def _open(path: str | None):
     return open(path, "rb"), True
 
 
-# on_line(lineno, line_bytes, block, line_start) ; the block lets the caller look back
-LineHandler = Callable[[int, bytes, bytes, int], None]
+# on_line(lineno, line_bytes, previous_timestamped_line_or_None)
+LineHandler = Callable[[int, bytes, "bytes | None"], None]
 
 
 def scan(path: str | None, prefilter, on_line: LineHandler) -> ScanStats:
@@ -66,6 +67,13 @@ def scan(path: str | None, prefilter, on_line: LineHandler) -> ScanStats:
         if b"\x00" in head[:65536]:
             raise InputUnreadable("binary data (NUL bytes), not a text log")
         stats.head = head[:65536]
+        if stream is None and path is not None and not stats.gzip:
+            try:
+                size = os.fstat(raw.fileno()).st_size
+            except OSError:
+                size = 0
+            if size >= PARALLEL_MIN and os.path.isfile(path) and _scan_parallel(path, size, prefilter, on_line, stats):
+                return stats
         _scan_blocks(head, stream or raw, prefilter, on_line, stats)
     finally:
         if close:
@@ -74,32 +82,62 @@ def scan(path: str | None, prefilter, on_line: LineHandler) -> ScanStats:
 
 
 class _GzipChain:
-    """Decompress a gzip stream whose first bytes were already read."""
+    """Decompress a gzip stream (several members allowed) whose first bytes were already read.
+
+    A truncated or corrupt stream keeps everything decompressed before the damage and then
+    raises ``EOFError``/``zlib.error`` once, which the scanner reports.
+    """
 
     def __init__(self, head: bytes, raw):
-        import io
-
-        class _Rest(io.RawIOBase):
-            def __init__(self, first, rest):
-                self.first, self.rest = first, rest
-
-            def readable(self):
-                return True
-
-            def readinto(self, b):
-                if self.first:
-                    n = min(len(b), len(self.first))
-                    b[:n] = self.first[:n]
-                    self.first = self.first[n:]
-                    return n
-                data = self.rest.read(len(b))
-                b[: len(data)] = data
-                return len(data)
-
-        self.gz = gzip.GzipFile(fileobj=io.BufferedReader(_Rest(head, raw), BLOCK))
+        self.raw = raw
+        self.pending = head
+        self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.done = False
+        self.error: Exception | None = None
 
     def read(self, n: int) -> bytes:
-        return self.gz.read(n)
+        out = []
+        size = 0
+        while size < n and not self.done:
+            data = self.pending or self.raw.read(1 << 20)
+            self.pending = b""
+            if not data:
+                self.done = True
+                if not self.d.eof:
+                    self.error = EOFError("compressed file ended before the end-of-stream marker was reached")
+                break
+            try:
+                chunk = self.d.decompress(data)
+            except zlib.error as exc:
+                self.done = True
+                self.error = exc
+                break
+            if chunk:
+                out.append(chunk)
+                size += len(chunk)
+            if self.d.eof:
+                rest = self.d.unused_data
+                self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if rest.lstrip(b"\x00"):
+                    self.pending = rest
+                elif not rest:
+                    nxt = self.raw.read(1 << 20)
+                    if not nxt:
+                        self.done = True
+                        break
+                    self.pending = nxt
+                else:
+                    self.done = True
+        if out:
+            return b"".join(out)
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+        return b""
+
+
+TS_START = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+LOOKBACK = 256 << 10
 
 
 def _scan_blocks(first: bytes, stream, prefilter, on_line: LineHandler, stats: ScanStats) -> None:
@@ -169,6 +207,22 @@ def _read(stream, stats: ScanStats) -> bytes:
         return b""
 
 
+def _previous_stamped(body: bytes, ls: int) -> bytes | None:
+    """The nearest earlier line of ``body`` that starts with a timestamp (a traceback's record)."""
+    lo = max(0, ls - LOOKBACK)
+    end = ls - 1
+    for _ in range(2000):
+        if end <= lo:
+            return None
+        p = body.rfind(b"\n", lo, end) + 1
+        if TS_START.match(body, p):
+            return body[p: body.find(b"\n", p)]
+        if p <= lo:
+            return None
+        end = p - 1
+    return None
+
+
 def _feed(body: bytes, lineno: int, finditer, on_line: LineHandler) -> int:
     """Call ``on_line`` for each line of ``body`` with a prefilter hit; return the body's line count.
 
@@ -188,6 +242,94 @@ def _feed(body: bytes, lineno: int, finditer, on_line: LineHandler) -> int:
         lineno += count(b"\n", counted_to, ls)
         counted_to = ls
         line = body[ls:le] if le - ls <= MAX_LINE else body[ls: ls + MAX_LINE]
-        on_line(lineno, line, body, ls)
+        prev = None if TS_START.match(line) else _previous_stamped(body, ls)
+        on_line(lineno, line, prev)
         done_to = le
     return count(b"\n")
+
+
+# ---------------------------------------------------------------- parallel scan of large plain files
+PARALLEL_MIN = 64 << 20  # below this one process is as fast
+
+
+def _jobs(size: int) -> int:
+    env = os.environ.get("KWDIAG_JOBS")
+    if env and env.isdigit():
+        return max(1, int(env))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8, size // PARALLEL_MIN))
+
+
+def _boundaries(path: str, size: int, n: int) -> list[int] | None:
+    cuts = [0]
+    with open(path, "rb") as f:
+        for k in range(1, n):
+            f.seek(size * k // n)
+            probe = f.read(MAX_LINE)
+            nl = probe.find(b"\n")
+            if nl == -1:
+                return None
+            cut = size * k // n + nl + 1
+            if cut <= cuts[-1]:
+                return None
+            cuts.append(cut)
+    cuts.append(size)
+    return cuts
+
+
+class _Range:
+    def __init__(self, f, end: int):
+        self.f, self.left = f, end - f.tell()
+
+    def read(self, n: int) -> bytes:
+        if self.left <= 0:
+            return b""
+        data = self.f.read(min(n, self.left))
+        self.left -= len(data)
+        return data
+
+
+def _scan_range(path: str, start: int, end: int, pattern: bytes):
+    prefilter = re.compile(pattern)
+    hits: list = []
+    stats = ScanStats()
+    with open(path, "rb") as f:
+        f.seek(start)
+        rng = _Range(f, end)
+        _scan_blocks(rng.read(BLOCK), rng, prefilter, lambda *a: hits.append(a), stats)
+    return hits, stats.lines, stats.bytes, stats.long_lines, stats.first_long_line
+
+
+def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats: ScanStats) -> bool:
+    """Scan ``path`` in ``_jobs`` processes, replaying hits in file order. False if not possible."""
+    n = _jobs(size)
+    if n < 2:
+        return False
+    cuts = _boundaries(path, size, n)
+    if cuts is None:
+        return False
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:  # pragma: no cover - no fork on this platform
+        return False
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
+        futures = [ex.submit(_scan_range, path, cuts[i], cuts[i + 1], prefilter.pattern) for i in range(n)]
+        base = 0
+        for fut in futures:
+            hits, lines, nbytes, long_lines, first_long = fut.result()
+            for lineno, line, prev in hits:
+                on_line(base + lineno, line, prev)
+            if long_lines:
+                stats.long_lines += long_lines
+                if stats.first_long_line is None:
+                    stats.first_long_line = base + first_long
+            base += lines
+            stats.lines += lines
+            stats.bytes += nbytes
+    return True

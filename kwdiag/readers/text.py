@@ -30,7 +30,6 @@ DASK_LINE = re.compile(
 )
 ISO_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s")
 DMESG_T = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
-TS_LOOKBACK = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error", "CRITICAL": "critical"}
 
@@ -110,7 +109,7 @@ class _FileState:
         self.first_bad_json: tuple[int, str] | None = None
         self.json_events = 0
 
-    def on_line(self, lineno: int, raw: bytes, block: bytes, start: int) -> None:
+    def on_line(self, lineno: int, raw: bytes, prev: bytes | None) -> None:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -136,29 +135,14 @@ class _FileState:
             return
         ts, logger, level, msg = parse_prefix(text)
         if ts is None:
-            ts = self._lookback_ts(block, start)
+            if prev is not None:
+                ts = parse_prefix(prev.decode("utf-8", "replace"))[0]
+            if ts is None:
+                ts = self.last_ts
         else:
             self.last_ts = ts
         for rule, groups in self.rules.match_line(text):
             self._emit(rule, groups, ts, level, clean(text), origin)
-
-    def _lookback_ts(self, block: bytes, start: int) -> float | None:
-        """Time of the nearest earlier timestamped line in this block (a traceback's record)."""
-        lo = max(0, start - 262144)
-        end = start
-        for _ in range(400):
-            p = block.rfind(b"\n", lo, end - 1) + 1 if end > lo else lo
-            if p <= lo and end <= lo:
-                break
-            m = TS_LOOKBACK.match(block, p)
-            if m:
-                ts, *_ = parse_prefix(block[p: block.find(b"\n", p)].decode("utf-8", "replace"))
-                if ts is not None:
-                    return ts
-            if p <= lo:
-                break
-            end = p
-        return self.last_ts
 
     def _emit(self, rule, groups: dict[str, Any], ts: float | None, level: str | None, text: str,
               origin: Origin) -> None:

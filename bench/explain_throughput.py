@@ -1,0 +1,138 @@
+"""Benchmark: `kwdiag explain` on a large Dask-format log, against `grep -cE` over the same signatures.
+
+Builds a log of ordinary noise (real lines from sample_logs/dask-*/ that no rule matches, replayed
+with increasing timestamps) with real worker-death sequences from the samples buried in it (each
+copy gets its own worker name and port), then times:
+
+  * ``grep -cE`` with every rule keyword (the reference: how fast the bytes can be scanned), and
+  * ``kwdiag explain --format json`` (wall time, peak RSS of the child), and checks every buried
+    death is found.
+
+Usage: python bench/explain_throughput.py [--size-mb 1024] [--keep PATH]
+Prints the figures; does not assert timings (run it by hand, not in the test suite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_logs"
+# death sequences to bury: (scenario, worker log, expected (cause, detail) of its first incarnation)
+BURY = [
+    ("dask-segfault", "w1.log", ("sudden_exit", "segfault")),
+    ("dask-memory", "w1.log", ("nanny_memory_restart", "memory_limit")),
+    ("dask-sigkill", "w1.log", ("sudden_exit", "sigkill")),
+    ("dask-exit", "w2.log", ("sudden_exit", "exit_status")),
+    ("dask-missing-module", "w1.log", ("unrecoverable_exception", "missing_module")),
+]
+TS = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
+
+
+def noise_lines(rules) -> list[bytes]:
+    out = []
+    for f in sorted(SAMPLES.glob("dask-*/*.log")):
+        for line in f.read_bytes().splitlines(keepends=True):
+            if TS.match(line) and not rules.prefilter.search(line):
+                out.append(line[23:])  # without the timestamp: re-stamped when written
+    return out
+
+
+def death_block(scenario: str, log: str, k: int) -> list[bytes]:
+    """The worker log up to (and including) its first restart/close, renamed to worker bw<k>."""
+    lines = (SAMPLES / scenario / log).read_bytes().splitlines(keepends=True)
+    out = []
+    for line in lines:
+        line = re.sub(rb"Worker name:(\s+)w\d+", lambda m: b"Worker name:" + m.group(1) + f"bw{k}".encode(), line)
+        line = re.sub(rb"127\.0\.0\.1:(\d+)", lambda m: f"10.9.{k}.1:{m.group(1).decode()}".encode(), line)
+        out.append(line[23:] if TS.match(line) else line)
+        if b"Restarting worker" in line or b"End worker" in line:
+            break
+    return out
+
+
+def build(path: Path, size: int, rules) -> list[tuple[str, str, str]]:
+    noise = noise_lines(rules)
+    blocks = [(f"bw{k}", death_block(s, log, k), exp) for k, (s, log, exp) in enumerate(BURY)]
+    every = size // (len(blocks) + 1)
+    expected, t0 = [], 1_795_000_000.0
+    written, n, nxt, bi = 0, 0, every, 0
+    with open(path, "wb", buffering=1 << 22) as f:
+        chunk = []
+        while written < size:
+            ts = t0 + n * 0.001
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)).encode() + f",{int(ts * 1000) % 1000:03d}".encode()
+            if written >= nxt and bi < len(blocks):
+                name, block, exp = blocks[bi]
+                for line in block:
+                    chunk.append(stamp + line if line.startswith(b" - ") else line)
+                expected.append((name, *exp))
+                bi += 1
+                nxt += every
+            line = stamp + noise[n % len(noise)]
+            chunk.append(line)
+            written += len(line)
+            n += 1
+            if len(chunk) >= 20000:
+                f.write(b"".join(chunk))
+                chunk = []
+        f.write(b"".join(chunk))
+    return expected
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--keep", help="write the log here and keep it")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from kwdiag.analysis import load_rules
+
+    rules = load_rules()
+    tmp = Path(tempfile.mkdtemp(prefix="kwdiag-bench-"))
+    path = Path(args.keep) if args.keep else tmp / "big.log"
+    try:
+        t = time.perf_counter()
+        expected = build(path, args.size_mb << 20, rules)
+        size = path.stat().st_size
+        print(f"built {size / 1e6:.0f} MB with {len(expected)} buried deaths in {time.perf_counter() - t:.1f}s")
+        keywords = sorted(rules.by_keyword)
+        if shutil.which("grep"):
+            pattern = "|".join(re.escape(k).replace("\\ ", " ") for k in keywords)
+            t = time.perf_counter()
+            g = subprocess.run(["grep", "-cE", pattern, str(path)], capture_output=True, text=True)
+            dt = time.perf_counter() - t
+            print(f"grep -cE ({len(keywords)} signatures): {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {g.stdout.strip()} lines")
+        cmd = [sys.executable, "-m", "kwdiag", "explain", "--format", "json", str(path)]
+        t = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        dt = time.perf_counter() - t
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        if p.returncode not in (0, 1):
+            print(p.stderr)
+            raise SystemExit("kwdiag explain failed")
+        doc = json.loads(p.stdout)
+        got = {(d["worker"], d["cause"], d["detail"]) for d in doc["deaths"] if d["incarnation"] == 1}
+        missing = [e for e in expected if e not in got]
+        print(f"kwdiag explain: {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, peak RSS {peak:.0f} MB, "
+              f"{len(doc['deaths'])} deaths reported, buried found {len(expected) - len(missing)}/{len(expected)}")
+        if missing:
+            print("MISSING:", missing)
+            raise SystemExit(1)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Readers on bad and unusual input: one clear problem each, never a traceback, the rest still read."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kwdiag.analysis import analyze, load_rules
+from kwdiag.readers.text import parse_prefix
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+SIGKILL_W1 = SAMPLES / "dask-sigkill" / "w1.log"
+RULES = load_rules()
+
+
+def _kwdiag(*args: str, stdin: bytes | None = None, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kwdiag", *args], input=stdin, capture_output=True, timeout=60,
+                          env=env)
+
+
+def _sigkill_report(paths):
+    return analyze([str(p) for p in paths], rules=RULES)
+
+
+def test_missing_path_is_reported_and_the_rest_analyzed(tmp_path):
+    r = _sigkill_report([tmp_path / "nope.log", SIGKILL_W1])
+    assert [p.message for p in r.input_errors] == ["no such file or directory"]
+    assert any(d.detail == "sigkill" for d in r.deaths)
+
+
+def test_binary_file(tmp_path):
+    p = tmp_path / "core.log"
+    p.write_bytes(b"\x7fELF\x00\x00\x01" * 1000)
+    r = _sigkill_report([p, SIGKILL_W1])
+    assert len(r.input_errors) == 1 and "binary" in r.input_errors[0].message
+    assert any(d.detail == "sigkill" for d in r.deaths)
+
+
+def test_gzip_and_truncated_gzip(tmp_path):
+    data = SIGKILL_W1.read_bytes()
+    full = tmp_path / "w1.log.gz"
+    full.write_bytes(gzip.compress(data))
+    r = _sigkill_report([full])
+    assert not r.problems and any(d.detail == "sigkill" for d in r.deaths)
+    cut = tmp_path / "cut.gz"
+    blob = gzip.compress(data * 20)
+    cut.write_bytes(blob[: len(blob) * 3 // 4])
+    r = _sigkill_report([cut])
+    assert any("ends early" in p.message for p in r.input_errors)
+    assert any(d.detail == "sigkill" for d in r.deaths)  # what could be read is still analyzed
+
+
+def test_enormous_single_line_is_bounded(tmp_path):
+    p = tmp_path / "huge.log"
+    with open(p, "wb") as f:
+        f.write(b"x" * (60 << 20))
+        f.write(b"\n")
+        f.write(SIGKILL_W1.read_bytes())
+    r = _sigkill_report([p])
+    assert any("longer than" in x.message for x in r.problems)
+    assert any(d.detail == "sigkill" for d in r.deaths)
+
+
+def test_invalid_utf8_is_replaced_and_reported(tmp_path):
+    p = tmp_path / "bad.log"
+    lines = SIGKILL_W1.read_bytes().splitlines(keepends=True)
+    lines.insert(16, b"2026-11-21 10:56:35,100 - distributed.nanny - INFO - Worker process \xff\xfe was killed by signal 9\n")
+    p.write_bytes(b"".join(lines))
+    r = _sigkill_report([p])
+    assert any("UTF-8" in x.message for x in r.problems)
+    assert any(d.detail == "sigkill" for d in r.deaths)
+
+
+def test_empty_file_and_empty_directory(tmp_path):
+    (tmp_path / "empty.log").write_bytes(b"")
+    d = tmp_path / "nothing"
+    d.mkdir()
+    r = _sigkill_report([tmp_path / "empty.log", d])
+    msgs = {(p.level, p.message) for p in r.problems}
+    assert ("warning", "empty input") in msgs
+    assert ("error", "directory has no log files to read") in msgs
+
+
+def test_directory_is_read_recursively_and_merged(tmp_path):
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    for f in (SAMPLES / "dask-sigkill").glob("*.log"):
+        (sub / f.name).write_bytes(f.read_bytes())
+    r = _sigkill_report([tmp_path])
+    assert sorted(d.worker for d in r.deaths) == ["w1", "w1", "w2"]
+
+
+def test_stdin_and_exit_codes(tmp_path):
+    res = _kwdiag("explain", "-", "--format", "json", stdin=SIGKILL_W1.read_bytes())
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert any(d["detail"] == "sigkill" for d in doc["deaths"])
+    res = _kwdiag("explain", str(tmp_path / "missing.log"))
+    assert res.returncode == 2
+    assert b"Traceback" not in res.stderr and b"no such file or directory" in res.stderr
+    res = _kwdiag("explain", str(SIGKILL_W1), "--format", "nope")
+    assert res.returncode == 2 and b"Traceback" not in res.stderr
+
+
+def test_kwdiag_jsonl_with_bad_lines(tmp_path):
+    lines = [
+        {"v": 1, "ts": 100.0, "source": "worker", "kind": "worker-start", "worker": "w9",
+         "fields": {"address": "tcp://h:1", "incarnation": 1}},
+        {"v": 1, "ts": 101.0, "source": "nanny", "kind": "worker-exit", "worker": "w9",
+         "fields": {"pid": 7, "incarnation": 1, "exitcode": -11, "signal": 11, "signal_name": "SIGSEGV",
+                    "caused_by": None, "stderr_tail": ["Fatal Python error: Segmentation fault", "", "x"]}},
+    ]
+    p = tmp_path / "nanny-w9.jsonl"
+    p.write_text(json.dumps(lines[0]) + "\n" + '{"v": 1, "ts": "soon"}\n' + json.dumps(lines[1]) + "\n"
+                 + '{"v": 2, "ts": 1, "source": "x", "kind": "y"}\n')
+    r = _sigkill_report([p])
+    assert [(d.worker, d.cause, d.detail) for d in r.deaths] == [("w9", "sudden_exit", "segfault")]
+    assert r.deaths[0].confidence > 0.9  # the exit status and the faulthandler dump in its stderr tail agree
+    assert any("could not be decoded" in x.message for x in r.problems)
+    assert r.runtimes == ("kwdiag",)
+
+
+def test_parse_prefix_layouts():
+    ts, logger, level, msg = parse_prefix("2026-11-21 10:56:35,201 - distributed.nanny - INFO - hello")
+    assert logger == "distributed.nanny" and level == "info" and msg == "hello" and ts is not None
+    ts2, *_ = parse_prefix("2026-11-21T10:56:35.201Z some k8s line")
+    assert ts2 is not None and abs(ts2 % 1 - 0.201) < 1e-6
+    assert parse_prefix("  File \"x.py\", line 1")[0] is None

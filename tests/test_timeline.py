@@ -1,0 +1,146 @@
+"""Timelines and classification as pure functions over kwdiag ``Event``s (no files, no processes)."""
+
+from __future__ import annotations
+
+from kwdiag.analysis import analyze_events, load_rules
+from kwdiag.events import Event, Origin
+from kwdiag.timeline import build_timeline
+
+RULES = load_rules()
+_line = iter(range(1, 10**6))
+
+
+def ev(ts, source, kind, worker=None, **fields):
+    return Event(ts=ts, source=source, kind=kind, worker=worker, fields=fields, origin=Origin("run.jsonl", next(_line)))
+
+
+def start(ts, w, n, port):
+    return [ev(ts, "nanny", "worker-spawn", w, pid=1000 + n, incarnation=n),
+            ev(ts + 0.1, "worker", "worker-start", w, address=f"tcp://h:{port}", name=w, incarnation=n),
+            ev(ts + 0.2, "scheduler", "worker-registered", w, address=f"tcp://h:{port}", name=w, pid=1000 + n)]
+
+
+def exit_(ts, w, n, **f):
+    return ev(ts, "nanny", "worker-exit", w, pid=1000 + n, incarnation=n, **f)
+
+
+def removed(ts, w, port, **f):
+    return ev(ts, "scheduler", "worker-removed", w, address=f"tcp://h:{port}", name=w, **f)
+
+
+def test_incarnations_split_on_restart():
+    evs = start(0, "a", 1, 1) + [exit_(5, "a", 1, exitcode=-9, signal_name="SIGKILL", caused_by=None)] + start(6, "a", 2, 2)
+    tl = build_timeline(evs)
+    incs = tl.workers["a"]
+    assert [(i.number, i.address, i.ended) for i in incs] == [(1, "tcp://h:1", True), (2, "tcp://h:2", False)]
+
+
+def test_sigkill_and_noticed_after():
+    evs = start(0, "a", 1, 1) + [exit_(5, "a", 1, exitcode=-9, signal_name="SIGKILL", caused_by=None),
+                                 removed(5.4, "a", 1, how="connection-closed", expected=False, noticed_after=0.4)]
+    r = analyze_events(evs, RULES)
+    (d,) = r.deaths
+    assert (d.worker, d.incarnation, d.cause, d.detail) == ("a", 1, "sudden_exit", "sigkill")
+    assert d.noticed_by == "scheduler" and d.noticed_after == 0.4
+    assert d.failure and d.hints
+
+
+def test_task_error_is_never_a_death():
+    evs = start(0, "a", 1, 1) + [ev(3, "scheduler", "task-erred", "a", key="div-1", exception="ZeroDivisionError",
+                                    error="division by zero")]
+    r = analyze_events(evs, RULES)
+    assert r.deaths == ()
+    assert [(t.task, t.exception) for t in r.task_errors] == [("div-1", "ZeroDivisionError")]
+
+
+def test_cluster_shutdown_is_chosen_and_not_a_failure():
+    evs = start(0, "a", 1, 1) + start(0, "b", 1, 2) + [
+        ev(10, "scheduler", "scheduler-close", reason="signal-15"),
+        ev(10.1, "worker", "worker-closing", "a", reason="scheduler-close"),
+        ev(10.2, "worker", "worker-closing", "b", reason="signal-15"),
+        ev(10.3, "worker", "worker-end", "b", reason="signal-15"),
+    ]
+    r = analyze_events(evs, RULES)
+    assert sorted((d.worker, d.cause, d.detail) for d in r.deaths) == [
+        ("a", "chose_to_exit", "shutdown"), ("b", "chose_to_exit", "shutdown")]
+    assert not r.failures and "no failures" in r.verdict()
+
+
+def test_agreeing_sources_raise_confidence_and_disagreeing_lower_it():
+    base = start(0, "a", 1, 1)
+    alone = analyze_events(base + [exit_(5, "a", 1, exitcode=-11, signal_name="SIGSEGV", caused_by=None)], RULES)
+    dump = ev(4.9, "worker", "fatal-signal", "a", rule="faulthandler-segfault", signal_name="SIGSEGV", incarnation=1)
+    agree = analyze_events(base + [dump, exit_(5, "a", 1, exitcode=-11, signal_name="SIGSEGV", caused_by=None)], RULES)
+    odd = ev(4.9, "worker", "exception", "a", rule="python-disk-full", exception="OSError", incarnation=1)
+    disagree = analyze_events(base + [odd, exit_(5, "a", 1, exitcode=-11, signal_name="SIGSEGV", caused_by=None)], RULES)
+    c0, c1, c2 = (x.deaths[0].confidence for x in (alone, agree, disagree))
+    assert all(x.deaths[0].detail == "segfault" for x in (alone, agree, disagree))
+    assert c1 > c0 > c2
+    assert "unrecoverable_exception/disk_full" in disagree.deaths[0].disagreement
+
+
+def test_no_evidence_is_unknown_not_a_guess():
+    evs = start(0, "a", 1, 1) + [exit_(5, "a", 1, exitcode=0, caused_by=None)]
+    (d,) = analyze_events(evs, RULES).deaths
+    assert d.cause == "unknown" and d.confidence == 0.0
+
+
+def test_kernel_oom_matched_by_pid_refines_sigkill():
+    evs = start(0, "a", 1, 1) + start(0, "b", 1, 2)[:0] + [
+        exit_(5, "a", 1, exitcode=-9, signal_name="SIGKILL", caused_by=None),
+        Event(ts=4.9, source="kernel", kind="kernel-oom-kill", worker=None,
+              fields={"pid": 1001, "comm": "python3", "rule": "kernel-oom-kill"}, origin=Origin("dmesg.txt", 3)),
+        Event(ts=4.9, source="kernel", kind="kernel-oom-kill", worker=None,
+              fields={"pid": 4242, "comm": "python3", "rule": "kernel-oom-kill"}, origin=Origin("dmesg.txt", 9)),
+    ]
+    (d,) = analyze_events(evs, RULES).deaths
+    assert (d.cause, d.detail) == ("sudden_exit", "oom_killer") and d.confidence > 0.9
+    assert [e.line for e in d.evidence if e.file == "dmesg.txt"] == [3]  # not the other process's kill
+
+
+def _kw_run(deaths):
+    evs = []
+    port = 10
+    for i, (w, fields, blamed, running) in enumerate(deaths):
+        port += 1
+        evs += start(i * 10, w, 1, port)
+        evs.append(exit_(i * 10 + 5, w, 1, running_tasks=running, **fields))
+        evs.append(removed(i * 10 + 5.1, w, port, how="connection-closed", expected=False, blamed=blamed))
+    evs.append(ev(100, "scheduler", "killed-worker", key="bad-task", deaths=len(deaths), allowed_failures=len(deaths) - 1,
+                  workers=[d[0] for d in deaths], last_worker=deaths[-1][0]))
+    return analyze_events(evs, RULES)
+
+
+SEGV = dict(exitcode=-11, signal=11, signal_name="SIGSEGV", caused_by=None)
+MEMK = dict(exitcode=-15, signal=15, signal_name="SIGTERM", caused_by="memory", memory_limit=2**30, peak_rss=2**30)
+
+
+def test_killed_worker_blame_fair():
+    r = _kw_run([("a", SEGV, ["bad-task"], ["bad-task"]), ("b", SEGV, ["bad-task"], ["bad-task"])])
+    (k,) = r.killed_workers
+    assert k.task == "bad-task" and len(k.deaths) == 2 and k.fair is True
+    assert k.causes == ("sudden_exit/segfault",)
+
+
+def test_killed_worker_blame_unfair_mixed_causes_and_other_tasks():
+    r = _kw_run([("a", SEGV, ["bad-task"], ["bad-task"]), ("b", MEMK, ["bad-task"], ["bad-task", "other-task"])])
+    (k,) = r.killed_workers
+    assert k.fair is False and len(k.causes) == 2
+    assert any("allowed" in h.text for h in k.hints)
+    r = _kw_run([("a", SEGV, ["bad-task"], ["bad-task", "x"]), ("b", SEGV, ["bad-task"], ["bad-task", "x"])])
+    assert r.killed_workers[0].fair is False
+    assert any("other tasks" in s for s in r.killed_workers[0].reasons)
+
+
+def test_memory_hint_uses_observed_values():
+    evs = start(0, "a", 1, 1) + [exit_(5, "a", 1, **MEMK)]
+    (d,) = analyze_events(evs, RULES).deaths
+    assert (d.cause, d.detail) == ("nanny_memory_restart", "memory_limit")
+    text = " ".join(h.text for h in d.hints)
+    assert "1GiB" in text and "2GiB" in text  # peak seen, and a concrete new limit
+
+
+def test_fingerprint_is_stable_across_runs():
+    a = analyze_events(start(0, "a", 1, 1) + [exit_(5, "a", 1, **SEGV)], RULES).deaths[0]
+    b = analyze_events(start(500, "a", 1, 7) + [exit_(505, "a", 1, **SEGV)], RULES).deaths[0]
+    assert a.fingerprint == b.fingerprint and a.at != b.at
