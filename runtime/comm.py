@@ -143,7 +143,10 @@ async def _client_handshake(stream: IOStream, secret: bytes) -> None:
     server_nonce = head[len(MAGIC):]
     client_nonce = os.urandom(NONCE_BYTES)
     await stream.write(client_nonce + _mac(secret, b"C", server_nonce, client_nonce))
-    proof = await stream.read_bytes(MAC_BYTES)
+    try:
+        proof = await stream.read_bytes(MAC_BYTES)
+    except StreamClosedError:
+        raise AuthError("the server closed the connection on our credentials (wrong shared secret?)") from None
     if not hmac.compare_digest(proof, _mac(secret, b"S", client_nonce, server_nonce)):
         raise AuthError("server failed to prove it knows the shared secret")
 

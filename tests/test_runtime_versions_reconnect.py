@@ -1,0 +1,92 @@
+"""Version reporting and mismatches (real installed package metadata), and scheduler loss and return."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from conftest import _TESTS, free_port, read_events, spawn_entry, stop, wait_for_event, wait_until
+from kwdiag.runtime import Client, FutureCancelledError, LocalCluster, VersionMismatchError
+
+
+def inc(x):
+    return x + 1
+
+
+def fake_site(root, **packages):
+    """A folder on which importlib.metadata finds the given packages at the given versions."""
+    os.makedirs(root, exist_ok=True)
+    for name, version in packages.items():
+        info = os.path.join(root, f"{name}-{version}.dist-info")
+        os.makedirs(info)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return root
+
+
+def test_versions_are_reported_compared_and_enforced(tmp_path, log_dir, monkeypatch):
+    same = fake_site(str(tmp_path / "same"), kwdiagfakepkg="1.0", kwdiagfakereq="1.0")
+    odd = fake_site(str(tmp_path / "odd"), kwdiagfakepkg="2.0", kwdiagfakereq="1.0")
+    refused = fake_site(str(tmp_path / "refused"), kwdiagfakepkg="1.0", kwdiagfakereq="9.9")
+    settings = {"versions_packages": ["kwdiagfakepkg", "kwdiagfakereq"], "versions_required": ["kwdiagfakereq"]}
+    env = {f"KWDIAG_{k.upper()}": ",".join(v) for k, v in settings.items()}
+    monkeypatch.syspath_prepend(same)
+    monkeypatch.setenv("KWDIAG_VERSIONS_PACKAGES", env["KWDIAG_VERSIONS_PACKAGES"])
+    with LocalCluster(n_workers=1, memory_limit=None, log_dir=log_dir, config=settings,
+                      env={"PYTHONPATH": os.pathsep.join([same, _TESTS])}) as cluster, Client(cluster) as client:
+        versions = client.get_versions(check=True)      # all alike: no error
+        assert versions["scheduler"]["kwdiagfakepkg"] == "1.0" and versions["client"]["kwdiagfakepkg"] == "1.0"
+        assert {"python", "tornado", "msgpack", "cloudpickle", "psutil", "kwdiag"} <= set(versions["scheduler"])
+        secret = {"KWDIAG_SECRET": cluster.secret.hex(), **env}
+        odd_worker = spawn_entry(["worker", "--scheduler-file", cluster.scheduler_file, "--name", "odd",
+                                  "--log-dir", log_dir], os.path.join(log_dir, "odd.log"),
+                                 env={**secret, "PYTHONPATH": os.pathsep.join([odd, _TESTS])})
+        bad_worker = spawn_entry(["worker", "--scheduler-file", cluster.scheduler_file, "--name", "refused",
+                                  "--log-dir", log_dir], os.path.join(log_dir, "refused.log"),
+                                 env={**secret, "PYTHONPATH": os.pathsep.join([refused, _TESTS])})
+        try:
+            mismatch = wait_for_event(log_dir, "versions-mismatch", source="scheduler", worker="odd")[0]
+            assert mismatch.level == "warning" and mismatch.fields["required"] is False
+            assert mismatch.fields["differences"] == [{"package": "kwdiagfakepkg", "scheduler": "1.0", "peer": "2.0"}]
+            assert wait_for_event(log_dir, "versions-mismatch", source="worker", worker="odd")  # the worker says so too
+            wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="odd worker accepted")
+            with pytest.raises(VersionMismatchError, match=r"kwdiagfakepkg: scheduler=1.0; worker tcp://\S+=2.0"):
+                client.get_versions(check=True)
+            # A mismatch in a required package refuses the worker, and its nanny does not spin restarting it.
+            refusal = wait_for_event(log_dir, "versions-mismatch", source="scheduler", worker="refused")[0]
+            assert refusal.level == "error" and refusal.fields["required"] is True
+            exit_event = wait_for_event(log_dir, "worker-exit", worker="refused")[0]
+            assert exit_event.fields["exitcode"] == 78 and exit_event.fields["will_restart"] is False
+            assert bad_worker.wait(30) == 0
+            assert len(read_events(log_dir, "worker-spawn", worker="refused")) == 1
+        finally:
+            stop(odd_worker)
+            stop(bad_worker)
+
+
+def test_workers_and_clients_reconnect_when_the_scheduler_comes_back(log_dir):
+    port = free_port()
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir, scheduler_port=port) as cluster, \
+            Client(cluster) as client:
+        before = client.submit(inc, 1)
+        assert before.result(timeout=30) == 2
+        old = cluster.processes["scheduler"]
+        old.send_signal(signal.SIGKILL)
+        old.wait(10)
+        wait_until(lambda: len(read_events(log_dir, "scheduler-lost", source="worker")) == 2, what="workers notice")
+        wait_for_event(log_dir, "scheduler-lost", source="client")
+        with pytest.raises(FutureCancelledError, match="scheduler-connection-lost"):
+            before.result(timeout=30)
+        new = spawn_entry(["scheduler", "--port", str(port), "--scheduler-file", cluster.scheduler_file,
+                           "--log-dir", log_dir], os.path.join(log_dir, "scheduler-2.log"),
+                          env={"KWDIAG_SECRET": cluster.secret.hex()})
+        cluster.processes["scheduler"] = new      # so the cluster closes the new one
+        reconnects = wait_until(lambda: len(read_events(log_dir, "reconnected", source="worker")) == 2
+                                and read_events(log_dir, "reconnected", source="worker"), what="workers reconnect")
+        assert all(e.fields["after"] > 0 for e in reconnects)
+        wait_for_event(log_dir, "reconnected", source="client")
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="workers registered again")
+        assert client.submit(inc, 41).result(timeout=30) == 42
+        assert sum(client.gather(client.map(inc, range(20)))) == sum(range(1, 21))
