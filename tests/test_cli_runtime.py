@@ -1,0 +1,76 @@
+"""`kwdiag scheduler` and `kwdiag worker` as a user runs them by hand, and their errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import read_events, wait_for_event, wait_until
+from kwdiag.runtime import Client
+
+KWDIAG = [sys.executable, "-m", "kwdiag"]
+
+
+def inc(x):
+    return x + 1
+
+
+def run_cli(*args, env=None, timeout=30):
+    return subprocess.run([*KWDIAG, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def test_scheduler_and_worker_by_hand(tmp_path):
+    log_dir, sched_file = str(tmp_path / "logs"), str(tmp_path / "scheduler.json")
+    env = {**os.environ}
+    env.pop("KWDIAG_SECRET", None)
+    scheduler = subprocess.Popen([*KWDIAG, "scheduler", "--port", "0", "--scheduler-file", sched_file,
+                                  "--log-dir", log_dir, "--allowed-failures", "7"], env=env,
+                                 stderr=open(tmp_path / "s.log", "wb"), start_new_session=True)
+    worker = None
+    try:
+        wait_until(lambda: os.path.exists(sched_file), what="scheduler file")
+        assert oct(os.stat(sched_file).st_mode & 0o777) == "0o600"
+        info = json.load(open(sched_file))
+        assert info["address"].startswith("tcp://127.0.0.1:") and len(bytes.fromhex(info["secret"])) == 32
+        worker = subprocess.Popen([*KWDIAG, "worker", "--scheduler-file", sched_file, "--name", "by-hand",
+                                   "--memory-limit", "1GiB", "--log-dir", log_dir], env=env,
+                                  stderr=open(tmp_path / "w.log", "wb"), start_new_session=True)
+        with Client(scheduler_file=sched_file) as client:
+            wait_until(lambda: client.scheduler_info()["workers"], what="worker registered")
+            state = client.scheduler_info()
+            assert state["allowed_failures"] == 7
+            assert [w["name"] for w in state["workers"].values()] == ["by-hand"]
+            assert client.submit(inc, 1).result(timeout=30) == 2
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        assert wait_for_event(log_dir, "worker-end", worker="by-hand")[0].fields["reason"] == "signal-15"
+        scheduler.send_signal(signal.SIGTERM)
+        assert scheduler.wait(30) == 0
+        assert read_events(log_dir, "scheduler-close")[0].fields["reason"] == "signal-15"
+        text = (tmp_path / "w.log").read_text()
+        assert " - kwdiag.nanny - INFO - " in text and " - kwdiag.worker - INFO - " in text
+    finally:
+        for proc in (worker, scheduler):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["worker", "tcp://127.0.0.1:9"], {"KWDIAG_SECRET": ""}, "no shared secret"),
+    (["worker", "--scheduler-file", "/nonexistent/s.json"], {}, "cannot read scheduler file"),
+    (["worker", "tcp://127.0.0.1:9", "--memory-limit", "banana"], {"KWDIAG_SECRET": "00"}, "not a size"),
+    (["scheduler", "--port", "0"], {}, "--scheduler-file is required"),
+    (["worker", "--no-such-option"], {}, "No such option"),
+    (["scheduler", "--scheduler-file", "x", "--set", "allowed_failures"], {}, "KEY=VALUE"),
+])
+def test_usage_errors_are_one_line_and_exit_2(args, env, message):
+    result = run_cli(*args, env=env)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
