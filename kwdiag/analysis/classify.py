@@ -33,7 +33,7 @@ LIFECYCLE_KINDS = {"worker-exit", "worker-removed", "worker-closing", "worker-en
                    "signal-received", "versions-mismatch", "worker-restarting"}
 MAX_EVIDENCE = 12
 SHUTDOWN_CONSISTENT = {"sigkill", "sigterm", "sigint", "ended", "close_timeout", "connection_lost", "shutdown"}
-QUIET_KINDS = {"worker-registered", "worker-name", "worker-info", "memory-pressure"}  # context, not evidence
+QUIET_KINDS = {"worker-registered", "worker-name", "worker-info"}  # context, not evidence
 
 
 @dataclass(frozen=True)
@@ -235,6 +235,7 @@ DEFAULTS = {
     "signal": "the signal",
     "exitcode": "the exit status",
     "reason": "the reason",
+    "pid": "the worker's pid",
 }
 
 
@@ -364,6 +365,9 @@ def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
             noticed_after = max(0.0, r0.ts - end)
     files = {e.origin.file for e in inc.events if e.origin}
     obs = observations(events, tl)
+    pid0 = inc.pid or next((e.get("pid") for e in inc.events if e.kind == "worker-exit" and e.get("pid")), None)
+    if pid0:
+        obs["pid"] = pid0
     rts = _runtime(files, file_runtime)
     hints = hints_for(hint_rules, rts, obs) if cause != "chose_to_exit" else ()
     if cause != "chose_to_exit":  # a runtime the deciding rules have no fix for: take the absorbed rules' fixes

@@ -1,0 +1,203 @@
+"""Rendered output: snapshots of the plain report, escaping of hostile log text, JSON schema, CLI commands.
+
+Snapshots live in tests/data/snapshots/; regenerate after a reviewed change with
+``KWDIAG_UPDATE_SNAPSHOTS=1 pytest tests/test_explain_output.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kwdiag.analysis import analyze, load_rules
+from kwdiag.report.markdown import render_markdown
+from kwdiag.report.terminal import render_plain, render_terminal
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAP = Path(__file__).resolve().parent / "data" / "snapshots"
+RULES = load_rules()
+SNAPSHOT_SCENARIOS = ["dask-killedworker", "dask-memory", "dask-missing-module", "dask-task-error"]
+
+
+@pytest.fixture(autouse=True)
+def _utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _report(name):
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # evidence paths relative to the repository, as a user would type them
+    try:
+        return analyze([f"sample_logs/{name}"], rules=RULES)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("name", SNAPSHOT_SCENARIOS)
+def test_plain_report_snapshot(name):
+    text = render_plain(_report(name))
+    path = SNAP / f"{name}.txt"
+    if os.environ.get("KWDIAG_UPDATE_SNAPSHOTS"):
+        path.write_text(text)
+    assert text == path.read_text(), f"rendered report changed; review and update {path}"
+
+
+HOSTILE = (
+    "2026-11-21 10:56:35,201 - distributed.nanny - INFO - Worker process 3407 was killed by signal 9 "
+    "[bold red]INJECTED[/bold red] \x1b[31mred\x1b[0m \x1b]0;pwned-title\x07 \x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\"
+)
+
+
+def _hostile_log(tmp_path: Path) -> Path:
+    src = (ROOT / "sample_logs" / "dask-sigkill" / "w1.log").read_text().splitlines()
+    src.insert(16, HOSTILE)
+    p = tmp_path / "w1.log"
+    p.write_text("\n".join(src) + "\n")
+    return p
+
+
+def test_log_text_cannot_inject_markup_or_escapes(tmp_path):
+    report = analyze([str(_hostile_log(tmp_path))], rules=RULES)
+    assert any("INJECTED" in e.text for d in report.deaths for e in d.evidence)
+    for render in ("plain", "rich", "markdown", "json"):
+        buf = io.StringIO()
+        if render == "plain":
+            out = render_plain(report)
+        elif render == "rich":
+            render_terminal(report, buf, force_terminal=True)
+            out = buf.getvalue()
+        elif render == "markdown":
+            out = render_markdown(report)
+        else:
+            out = json.dumps(report.to_dict())
+        assert "pwned-title" not in out or "\x1b]0;" not in out
+        assert "\x1b]" not in out and "\x07" not in out
+        if render != "rich":
+            assert "\x1b" not in out
+        else:  # rich's own colours only: every ESC is a CSI colour sequence rich emitted
+            import re
+
+            assert not re.search(r"\x1b(?!\[[0-9;]*m)", out)
+            assert "[bold red]INJECTED[/bold red]" in out  # shown literally, not interpreted
+
+
+def test_no_color_is_honoured(tmp_path, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    buf = io.StringIO()
+    render_terminal(_report("dask-memory"), buf, force_terminal=True)
+    import re
+
+    assert not re.search(r"\x1b\[(?:\d+;)*3[0-7]m", buf.getvalue())  # no foreground colours
+
+
+def test_json_output_matches_the_documented_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "explain.schema.json").read_text())
+    for name in ("dask-killedworker", "dask-segfault", "dask-task-error"):
+        doc = _report(name).to_dict()
+        jsonschema.validate(json.loads(json.dumps(doc)), schema)
+        assert doc["schema"] == "kwdiag.explain/1"
+
+
+def _cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "kwdiag", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_cli_formats():
+    j = _cli("explain", "--format", "json", "sample_logs/dask-segfault")
+    assert j.returncode == 0, j.stderr
+    doc = json.loads(j.stdout)
+    assert {(d["worker"], d["detail"]) for d in doc["deaths"] if d["failure"]} == {("w1", "segfault"), ("w2", "segfault")}
+    md = _cli("explain", "--format", "markdown", "sample_logs/dask-segfault")
+    assert md.returncode == 0 and md.stdout.startswith("# kwdiag explain") and "| w1 |" in md.stdout
+    txt = _cli("explain", "sample_logs/dask-segfault")
+    assert txt.stdout.rstrip().splitlines()[-1].startswith("Verdict: 2 worker death(s) need attention")
+
+
+def test_cli_rules_commands(tmp_path):
+    ls = _cli("rules", "list")
+    assert ls.returncode == 0 and "dask-nanny-sigkill" in ls.stdout
+    show = _cli("rules", "show", "dask-nanny-memory-terminate")
+    assert show.returncode == 0 and "memory budget" in show.stdout and "coiled" in show.stdout
+    assert _cli("rules", "show", "no-such-rule").returncode == 2
+    chk = _cli("rules", "check")
+    assert chk.returncode == 0, chk.stdout
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.toml").write_text('id = "x"\ntitle = ""\n[match]\nkind = "worker-exit"\n')
+    chk = _cli("rules", "check", "--rules", str(bad))
+    assert chk.returncode == 1 and "empty title" in chk.stdout
+
+
+def test_user_rule_directory_changes_the_verdict(tmp_path):
+    d = tmp_path / "rules"
+    d.mkdir()
+    (d / "site-oom-reaper.toml").write_text('''
+id = "site-oom-reaper"
+title = "Our cluster's OOM reaper killed the worker"
+why = "Our site runs a reaper that SIGKILLs processes over their memory quota and logs REAPED."
+severity = "error"
+[match]
+keywords = ["REAPED pid="]
+patterns = ['REAPED pid=(?P<pid>\\d+)']
+[event]
+kind = "site-reaper"
+source = "kernel"
+context = false
+[verdict]
+cause = "sudden_exit"
+detail = "site_reaper"
+weight = 0.9
+refines = ["sigkill"]
+[remediation]
+dask = "Ask for a bigger memory quota."
+[examples]
+match = ["2026-11-21T10:56:57.900Z REAPED pid=3536"]
+no_match = ["REAPED"]
+''')
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for f in (ROOT / "sample_logs" / "dask-sigkill").glob("*.log"):
+        (logs / f.name).write_text(f.read_text())
+    pid = next(line.split()[9] for line in (logs / "w1.log").read_text().splitlines() if "killed by signal 9" in line)
+    (logs / "reaper.log").write_text(f"2026-11-21T10:56:57.900Z REAPED pid={pid}\n")
+    r = _cli("explain", "--format", "json", "--rules", str(d), str(logs))
+    assert r.returncode == 0, r.stderr
+    deaths = json.loads(r.stdout)["deaths"]
+    assert ("w1", "sudden_exit", "site_reaper") in {(x["worker"], x["cause"], x["detail"]) for x in deaths}
+
+
+def test_analysis_never_imports_the_runtime():
+    code = ("import sys, kwdiag.analysis as a, kwdiag.cli_analysis, kwdiag.report, kwdiag.readers, kwdiag.timeline;"
+            "a.analyze(['sample_logs/dask-sigkill']);"
+            "bad=[m for m in sys.modules if m.startswith('kwdiag.runtime')]; print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for p in list((ROOT / "kwdiag" / "analysis").rglob("*.py")) + list((ROOT / "kwdiag" / "readers").rglob("*.py")) \
+            + list((ROOT / "kwdiag" / "report").rglob("*.py")) + [ROOT / "kwdiag" / "timeline.py",
+                                                                  ROOT / "kwdiag" / "cli_analysis.py"]:
+        import re
+
+        src = p.read_text()
+        assert not re.search(r"^\s*(?:from|import)\s+kwdiag\.runtime|^\s*from\s+kwdiag\s+import\s+runtime", src, re.M), p
+
+
+def test_help_does_not_load_rich_or_the_rules():
+    code = ("import sys; from kwdiag import cli;"
+            "print(sorted(m for m in sys.modules if m.startswith(('rich', 'regex', 'kwdiag.analysis', 'kwdiag.readers'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    loaded = eval(r.stdout)
+    assert not [m for m in loaded if m.startswith(("regex", "kwdiag.analysis", "kwdiag.readers"))], loaded
