@@ -32,7 +32,8 @@ LIFECYCLE_KINDS = {"worker-exit", "worker-removed", "worker-closing", "worker-en
                    "worker-fatal", "heartbeat-missed", "nanny-memory-terminate", "nanny-closing",
                    "signal-received", "versions-mismatch", "worker-restarting"}
 MAX_EVIDENCE = 12
-SHUTDOWN_CONSISTENT = {"sigkill", "sigterm", "sigint", "ended", "close_timeout", "connection_lost", "shutdown"}
+SHUTDOWN_CONSISTENT = {"sigkill", "sigterm", "sigint", "ended", "close_timeout", "connection_lost", "shutdown",
+                       "retired"}
 QUIET_KINDS = {"worker-registered", "worker-name", "worker-info"}  # context, not evidence
 
 
@@ -271,11 +272,12 @@ def fallback_hints(detail: str, runtimes: set[str]) -> tuple[Hint, ...]:
 
 
 def hints_for(rules_used: list[Rule], runtimes: set[str], obs: dict[str, Any]) -> tuple[Hint, ...]:
+    """One fix per runtime: from the first rule (most decisive first) that has one for it."""
     order = [r for r in ("kwdiag", "dask", "coiled") if r in runtimes] or ["dask", "coiled"]
-    out, seen = [], set()
+    out = []
     fill = _Fill(obs)
-    for rule in rules_used:
-        for rt in order:
+    for rt in order:
+        for rule in rules_used:
             text = rule.remediation.get(rt)
             if not text:
                 continue
@@ -283,9 +285,8 @@ def hints_for(rules_used: list[Rule], runtimes: set[str], obs: dict[str, Any]) -
                 text = text.format_map(fill)
             except (ValueError, IndexError):
                 pass
-            if text not in seen:
-                seen.add(text)
-                out.append(Hint(text=text, runtime=rt, rule=rule.id))
+            out.append(Hint(text=text, runtime=rt, rule=rule.id))
+            break
     return tuple(out)
 
 

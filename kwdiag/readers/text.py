@@ -91,6 +91,7 @@ class FileResult:
     events: list[Event] = field(default_factory=list)
     problems: list[InputProblem] = field(default_factory=list)
     runtime: str | None = None
+    json_events: int = 0
     lines: int = 0
     bytes: int = 0
 
@@ -233,6 +234,7 @@ def read_input(inp: Input, rules: RuleSet) -> FileResult:
     res.events = state.events
     res.lines, res.bytes = stats.lines, stats.bytes
     res.runtime = _runtime_of(stats.head, state.json_events)
+    res.json_events = state.json_events
     if stats.bytes == 0:
         res.problems.append(InputProblem(inp.name, "empty input", "warning"))
     if stats.truncated:
@@ -258,6 +260,13 @@ def read_input(inp: Input, rules: RuleSet) -> FileResult:
     return res
 
 
+# what a kwdiag text log says that its JSONL events already carry (tracebacks etc. are kept)
+DUPLICATED_BY_EVENTS = {"worker-start", "worker-name", "worker-registered", "worker-removed", "worker-exit",
+                        "worker-closing", "worker-end", "worker-closed", "nanny-memory-terminate", "heartbeat-missed",
+                        "killed-worker", "task-erred", "versions-mismatch", "scheduler-close", "signal-received",
+                        "worker-restarting", "worker-info", "memory-pressure", "nanny-kill-after-close"}
+
+
 def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list[FileResult], list[InputProblem]]:
     """Read every input; events of all files merged by time (stable: file order within a tie)."""
     inputs, problems = expand_inputs(paths)
@@ -267,6 +276,12 @@ def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list
         r = read_input(inp, rules)
         results.append(r)
         problems.extend(r.problems)
+    # kwdiag writes every fact twice: JSONL events and the same prose on stderr. With the events at hand,
+    # the prose files (kwdiag text logs without events) would only count the same evidence twice.
+    have_events = any(r.json_events for r in results)
+    for r in results:
+        if have_events and r.runtime == "kwdiag" and not r.json_events:
+            r.events = [e for e in r.events if e.kind not in DUPLICATED_BY_EVENTS]
         events.extend(r.events)
     events.sort(key=lambda e: e.ts)
     return events, results, problems
