@@ -94,6 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--keep", help="write the log here and keep it")
+    ap.add_argument("--jobs", type=int, help="KWDIAG_JOBS for kwdiag (default: one process per CPU)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from kwdiag.analysis import load_rules
@@ -115,7 +116,8 @@ def main() -> None:
             print(f"grep -cE ({len(keywords)} signatures): {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {g.stdout.strip()} lines")
         cmd = [sys.executable, "-m", "kwdiag", "explain", "--format", "json", str(path)]
         t = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ, **({"KWDIAG_JOBS": str(args.jobs)} if args.jobs else {}))
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         dt = time.perf_counter() - t
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         if p.returncode not in (0, 1):
@@ -124,7 +126,7 @@ def main() -> None:
         doc = json.loads(p.stdout)
         got = {(d["worker"], d["cause"], d["detail"]) for d in doc["deaths"] if d["incarnation"] == 1}
         missing = [e for e in expected if e not in got]
-        print(f"kwdiag explain: {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, peak RSS {peak:.0f} MB, "
+        print(f"kwdiag explain (KWDIAG_JOBS={env.get('KWDIAG_JOBS', 'auto')}): {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, peak RSS {peak:.0f} MB, "
               f"{len(doc['deaths'])} deaths reported, buried found {len(expected) - len(missing)}/{len(expected)}")
         if missing:
             print("MISSING:", missing)
