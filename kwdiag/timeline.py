@@ -95,7 +95,8 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             return e.worker
         addr = e.get("address")
         if isinstance(addr, str):
-            return addr_name.get(addr)
+            # no name anywhere (e.g. LocalCluster at WARNING level): the address is the identity
+            return addr_name.get(addr, addr if e.kind in END_KINDS else None)
         return None
 
     pending: list[Event] = []

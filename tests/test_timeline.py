@@ -144,3 +144,14 @@ def test_fingerprint_is_stable_across_runs():
     a = analyze_events(start(0, "a", 1, 1) + [exit_(5, "a", 1, **SEGV)], RULES).deaths[0]
     b = analyze_events(start(500, "a", 1, 7) + [exit_(505, "a", 1, **SEGV)], RULES).deaths[0]
     assert a.fingerprint == b.fingerprint and a.at != b.at
+
+
+def test_fix_templates_drop_what_was_not_observed():
+    from kwdiag.analysis.classify import fill_template
+
+    t = "[[Reached {peak} of {memory_limit}. ]]Use [[--memory-limit {suggested_memory}||a bigger --memory-limit]]."
+    assert fill_template(t, {"peak": "1GiB", "memory_limit": "1GiB", "suggested_memory": "2GiB"}) == \
+        "Reached 1GiB of 1GiB. Use --memory-limit 2GiB."
+    assert fill_template(t, {}) == "Use a bigger --memory-limit."
+    assert fill_template('scheduler_options={{"allowed_failures": {n}}}', {"n": 5}) == \
+        'scheduler_options={"allowed_failures": 5}'

@@ -143,6 +143,16 @@ def _relevant(inc: Incarnation, tl: Timeline, end: float | None) -> list[Event]:
     return out
 
 
+def _nearby_unnamed_memory(inc: Incarnation, tl: Timeline, end: float | None) -> list[Event]:
+    """Memory readings that name no worker (LocalCluster's one shared stderr), from a file this
+    incarnation's events are in and within 5 s before its end: used for the values in fixes only."""
+    if end is None:
+        return []
+    files = {e.origin.file for e in inc.events if e.origin}
+    return [e for e in tl.cluster if e.kind == "memory-pressure" and e.origin and e.origin.file in files
+            and end - 5.0 <= e.ts <= end]
+
+
 def _env_by_time(tl: Timeline, end: float | None, pids_known: set[int]) -> list[Event]:
     out = []
     for e in tl.environment:
@@ -245,6 +255,24 @@ class _Fill(dict):
         return DEFAULTS.get(key, key)
 
 
+_OPTIONAL = re.compile(r"\[\[(.*?)(?:\|\|(.*?))?\]\]", re.S)
+_FIELD = re.compile(r"(?<!\{)\{(\w+)\}(?!\})")
+
+
+def fill_template(text: str, obs: dict[str, Any]) -> str:
+    """Fill ``{name}`` from ``obs``. ``[[A||B]]`` is A when every value A names was observed, else B
+    (``[[A]]``: A or nothing), so a fix never reads 'a limit of the current limit'."""
+    def choose(m: re.Match) -> str:
+        a, b = m.group(1), m.group(2) or ""
+        return a if all(k in obs for k in _FIELD.findall(a)) else b
+
+    text = _OPTIONAL.sub(choose, text)
+    try:
+        return text.format_map(_Fill(obs))
+    except (ValueError, IndexError):
+        return text
+
+
 # Fixes for verdicts no single rule makes (inferred from what is missing from the logs).
 FALLBACK_HINTS = {
     "connection_lost": {
@@ -275,17 +303,12 @@ def hints_for(rules_used: list[Rule], runtimes: set[str], obs: dict[str, Any]) -
     """One fix per runtime: from the first rule (most decisive first) that has one for it."""
     order = [r for r in ("kwdiag", "dask", "coiled") if r in runtimes] or ["dask", "coiled"]
     out = []
-    fill = _Fill(obs)
     for rt in order:
         for rule in rules_used:
             text = rule.remediation.get(rt)
             if not text:
                 continue
-            try:
-                text = text.format_map(fill)
-            except (ValueError, IndexError):
-                pass
-            out.append(Hint(text=text, runtime=rt, rule=rule.id))
+            out.append(Hint(text=fill_template(text, obs), runtime=rt, rule=rule.id))
             break
     return tuple(out)
 
@@ -365,7 +388,7 @@ def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
         elif end is not None:
             noticed_after = max(0.0, r0.ts - end)
     files = {e.origin.file for e in inc.events if e.origin}
-    obs = observations(events, tl)
+    obs = observations(events + _nearby_unnamed_memory(inc, tl, end), tl)
     pid0 = inc.pid or next((e.get("pid") for e in inc.events if e.kind == "worker-exit" and e.get("pid")), None)
     if pid0:
         obs["pid"] = pid0
