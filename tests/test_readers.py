@@ -132,3 +132,35 @@ def test_parse_prefix_layouts():
     ts2, *_ = parse_prefix("2026-11-21T10:56:35.201Z some k8s line")
     assert ts2 is not None and abs(ts2 % 1 - 0.201) < 1e-6
     assert parse_prefix("  File \"x.py\", line 1")[0] is None
+
+
+KERNEL_OOM = ("[Sat Nov 21 10:56:57 2026] Memory cgroup out of memory: Killed process {pid} (python3) "
+              "total-vm:2812340kB, anon-rss:1987420kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:4100kB")
+OTHER_OOM = "[Sat Nov 21 10:56:57 2026] Out of memory: Killed process 1 (postgres) total-vm:1kB, anon-rss:1kB"
+
+
+def _sigkill_pid() -> int:
+    line = next(x for x in SIGKILL_W1.read_text().splitlines() if "killed by signal 9" in x)
+    return int(line.split("Worker process ")[1].split()[0])
+
+
+def test_kernel_oom_killer_beside_dask_logs_is_matched_by_pid(tmp_path):
+    # kernel line format as printed by Linux (dmesg -T), see docs/rules.md
+    dmesg = tmp_path / "dmesg.txt"
+    dmesg.write_text(OTHER_OOM + "\n" + KERNEL_OOM.format(pid=_sigkill_pid()) + "\n")
+    r = _sigkill_report([SIGKILL_W1, SAMPLES / "dask-sigkill" / "scheduler.log", dmesg])
+    d = next(d for d in r.deaths if d.worker == "w1" and d.incarnation == 1)
+    assert (d.cause, d.detail) == ("sudden_exit", "oom_killer") and d.confidence > 0.9
+    assert [e.line for e in d.evidence if e.file == str(dmesg)] == [2]
+    # the postgres kill names a process that is not a worker: it explains nothing
+    assert all(x.detail != "oom_killer" for x in r.deaths if x is not d)
+
+
+def test_kubernetes_status_without_time_or_pid_attaches_only_when_one_death_fits(tmp_path):
+    pod = tmp_path / "describe-pod.txt"
+    pod.write_text("    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n")
+    r = _sigkill_report([SIGKILL_W1, pod])
+    d = next(d for d in r.deaths if d.incarnation == 1)
+    assert (d.cause, d.detail) == ("sudden_exit", "oom_killer")
+    two = _sigkill_report([SAMPLES / "dask-killedworker", pod])  # two SIGKILL deaths: cannot tell which
+    assert [d.detail for d in two.deaths if d.failure] == ["sigkill", "sigkill"]

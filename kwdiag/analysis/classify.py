@@ -323,10 +323,10 @@ def _runtime(files: Iterable[str], file_runtime: dict[str, str | None]) -> set[s
 
 def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
                          file_runtime: dict[str, str | None] | None = None,
-                         all_pids: set[int] | None = None) -> Death:
+                         all_pids: set[int] | None = None, also: list[Event] | None = None) -> Death:
     file_runtime = file_runtime or {}
     end = inc.ended_at
-    events = _relevant(inc, tl, end)
+    events = _relevant(inc, tl, end) + list(also or [])
     votes, seen = _votes(events, rules)
     cause, detail, conf, keep, dis = decide(votes)
     # Environment evidence that names no known process: use it only if it fits what we know.
@@ -432,11 +432,28 @@ def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
 
 
 def classify(tl: Timeline, rules: RuleSet, file_runtime: dict[str, str | None] | None = None) -> list[Death]:
-    """A ``Death`` for every incarnation that ended, in time order."""
+    """A ``Death`` for every incarnation that ended, in time order.
+
+    Environment evidence that names neither a process nor a time (``kubectl describe`` output: an
+    ``OOMKilled`` reason) is used only when exactly one death fits it (its verdict is one the
+    evidence refines, e.g. a SIGKILL for an OOM kill).
+    """
     all_pids: set[int] = set()
     for inc in tl.incarnations():
         all_pids |= inc.pids
-    out = [classify_incarnation(inc, tl, rules, file_runtime, all_pids) for inc in tl.incarnations() if inc.ended]
+    ended = [inc for inc in tl.incarnations() if inc.ended]
+    out = [classify_incarnation(inc, tl, rules, file_runtime, all_pids) for inc in ended]
+    timeless = [e for e in tl.environment if e.get("ts_unknown") and not isinstance(e.get("pid"), int)]
+    if timeless:
+        votes, _ = _votes(timeless, rules)
+        for v in votes:
+            fits = [i for i, d in enumerate(out) if d.failure and d.detail in v.refines]
+            if len(fits) == 1:
+                i = fits[0]
+                extra = Timeline(workers=tl.workers, cluster=tl.cluster, environment=tl.environment,
+                                 killed=tl.killed, task_errors=tl.task_errors, scheduler_close=tl.scheduler_close,
+                                 allowed_failures=tl.allowed_failures)
+                out[i] = classify_incarnation(ended[i], extra, rules, file_runtime, all_pids, also=[v.event])
     return out
 
 
