@@ -164,3 +164,23 @@ def test_kubernetes_status_without_time_or_pid_attaches_only_when_one_death_fits
     assert (d.cause, d.detail) == ("sudden_exit", "oom_killer")
     two = _sigkill_report([SAMPLES / "dask-killedworker", pod])  # two SIGKILL deaths: cannot tell which
     assert [d.detail for d in two.deaths if d.failure] == ["sigkill", "sigkill"]
+
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+_REAL_LINES = [l for l in SIGKILL_W1.read_bytes().splitlines(keepends=True)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.binary(max_size=300), st.sampled_from(_REAL_LINES),
+                          st.sampled_from([b'{"v":1,"ts":1,"source":"nanny","kind":"worker-exit","fields":[]}\n',
+                                           b'{"v": 1, "ts": 1e400}\n', b"\r\n", b"\x1b]0;x\x07\n"])), max_size=40))
+def test_any_bytes_are_read_without_raising(tmp_path_factory, chunks):
+    p = tmp_path_factory.mktemp("fuzz") / "x.log"
+    p.write_bytes(b"".join(chunks))
+    r = analyze([str(p)], rules=RULES)
+    for d in r.deaths:
+        assert 0.0 <= d.confidence <= 1.0
+        for e in d.evidence:
+            assert "\x1b" not in e.text and "\x07" not in e.text
