@@ -36,7 +36,10 @@ def register(app: typer.Typer) -> None:
         report = analyze(paths, rules_dirs or ())
         import sys
 
-        out = open(output, "w", encoding="utf-8") if output else sys.stdout
+        try:
+            out = open(output, "w", encoding="utf-8") if output else sys.stdout
+        except OSError as exc:
+            raise KwdiagError(f"cannot write {output}: {exc.strerror or exc}", USAGE) from None
         try:
             if fmt == "json":
                 from kwdiag.report.jsonout import render_json
