@@ -91,6 +91,7 @@ class Nanny:
         self._exited: asyncio.Event | None = None
         self._done = asyncio.Event()
         self._io_tasks: list[asyncio.Task] = []
+        self._respawn: asyncio.Task | None = None
         self.handlers = {"restart": self.handle_restart, "kill": self.handle_kill, "close": self.handle_close}
 
     # ---------------------------------------------------------------- lifecycle
@@ -115,6 +116,8 @@ class Nanny:
                        peer=stream.peer, reason=reason)
 
     async def spawn(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            return  # one worker per nanny, whatever raced to start another
         self.incarnation += 1
         self.running.clear()
         self.leaving_reason = None
@@ -220,9 +223,18 @@ class Nanny:
         if self.caused_by == "restart":
             return  # handle_restart spawns the next one itself
         logger.warning("Restarting worker (incarnation %d ended)", self.incarnation)
+        self._respawn = background(self._respawn_after_backoff())
+
+    async def _respawn_after_backoff(self) -> None:
         await self._backoff()
         if not self.closing:
             await self.spawn()
+
+    def _cancel_respawn(self) -> None:
+        """A restart or close supersedes a respawn that is waiting out its back-off."""
+        if self._respawn is not None and not self._respawn.done():
+            self._respawn.cancel()
+        self._respawn = None
 
     def _should_restart(self, code: int, leaving: str | None) -> bool:
         if self.closing or code == EXIT_REFUSED:
@@ -314,6 +326,7 @@ class Nanny:
     async def handle_restart(self, stream: Stream, msg: dict) -> dict:
         reason = msg.get("reason") or "restart"
         logger.info("Nanny asked to restart its worker. Reason: %s", reason)
+        self._cancel_respawn()
         await self._kill_worker("restart", graceful=False, reason=reason)
         if not self.closing:
             await self.spawn()
@@ -333,6 +346,7 @@ class Nanny:
         if self.closing:
             return
         self.closing = reason
+        self._cancel_respawn()
         logger.info("Closing Nanny at %r. Reason: %s", self.address, reason)
         if not worker_already_gone:
             await self._kill_worker("shutdown", graceful=True, reason=reason)
