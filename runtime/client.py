@@ -328,8 +328,9 @@ class Client:
         if error.get("type") == "killed-worker" and error.get("key") == msg["key"] \
                 and msg["key"] not in self._reported_killed:
             self._reported_killed.add(msg["key"])
+            # Recorded for the postmortem; not printed: the user gets the exception itself.
             self.rec.event("killed-worker", f"KilledWorker: task {msg['key']!r}, last worker "
-                           f"{error.get('last_worker')}", level="error", key=msg["key"],
+                           f"{error.get('last_worker')}", level="error", quiet=True, key=msg["key"],
                            last_worker=error.get("last_worker"), workers=error.get("workers"))
 
     def _on_lost(self, stream: Stream, msg: dict) -> None:

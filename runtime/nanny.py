@@ -206,10 +206,11 @@ class Nanny:
             text = f"Worker process {proc.pid} was killed by signal {signum} ({signal_name(signum)})"
         else:
             text = f"Worker process {proc.pid} exited with status {code}"
-        level = "info" if (code == 0 or self.caused_by in ("shutdown", "restart")) else "warning"
+        level = "info" if (code == 0 or self.caused_by in ("shutdown", "signal", "restart")) else "warning"
         self.rec.event("worker-exit", text, level=level, pid=proc.pid, incarnation=self.incarnation,
                        exitcode=code, signal=signum, signal_name=signal_name(signum) if signum else None,
-                       caused_by=self.caused_by, leaving_reason=leaving, address=self.worker_address,
+                       caused_by=self.caused_by, leaving_reason=leaving, nanny_close_reason=self.closing,
+                       address=self.worker_address,
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction,
                        peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
                        running_tasks=sorted(self.running), stderr_tail=list(self.stderr_tail),
@@ -349,7 +350,9 @@ class Nanny:
         self._cancel_respawn()
         logger.info("Closing Nanny at %r. Reason: %s", self.address, reason)
         if not worker_already_gone:
-            await self._kill_worker("shutdown", graceful=True, reason=reason)
+            # "shutdown" when the cluster closes; "signal" when someone signalled this nanny alone.
+            caused_by = "signal" if reason.startswith("signal-") else "shutdown"
+            await self._kill_worker(caused_by, graceful=True, reason=reason)
         self.rec.event("nanny-close", f"Nanny at {self.address!r} closed.", reason=reason)
         self.rec.close()
         self._listener.stop()

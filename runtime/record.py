@@ -47,8 +47,9 @@ class Recorder:
             self.writer = EventWriter(os.path.join(log_dir, f"{file_stem}.jsonl"), source=source, worker=worker)
 
     def event(self, kind: str, message: str, *, level: str = "info", worker: str | None = None,
-              exc_info: bool = False, **fields: Any) -> None:
-        self.logger.log(_LEVELS[level], "%s", message, exc_info=exc_info)
+              exc_info: bool = False, quiet: bool = False, **fields: Any) -> None:
+        """Log ``message`` (at DEBUG when ``quiet``) and record the event at ``level``."""
+        self.logger.log(logging.DEBUG if quiet else _LEVELS[level], "%s", message, exc_info=exc_info)
         if self.writer is not None:
             self.writer.emit(kind, level=level, message=message, worker=worker, **fields)
 

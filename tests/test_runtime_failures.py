@@ -232,7 +232,7 @@ def test_sigterm_to_a_nanny_closes_its_worker_gracefully_without_restart(log_dir
         cluster.processes["worker-0"].send_signal(signal.SIGTERM)
         exit_event = wait_for_event(log_dir, "worker-exit", worker="worker-0")[0]
         assert exit_event.fields["exitcode"] == 0 and exit_event.fields["will_restart"] is False
-        assert exit_event.fields["caused_by"] == "shutdown"
+        assert exit_event.fields["caused_by"] == "signal" and exit_event.fields["nanny_close_reason"] == "signal-15"
         assert wait_for_event(log_dir, "worker-end", worker="worker-0")[0].fields["reason"] == "signal-15"
         assert cluster.processes["worker-0"].wait(30) == 0
         assert data.result(timeout=30) == 2           # its data was handed to the survivor
