@@ -70,6 +70,7 @@ class Timeline:
     killed: list[Event] = field(default_factory=list)
     task_errors: list[Event] = field(default_factory=list)
     scheduler_close: float | None = None
+    scheduler_close_reason: str | None = None
     allowed_failures: int | None = None
 
     def incarnations(self) -> list[Incarnation]:
@@ -111,6 +112,7 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             tl.allowed_failures = e.get("allowed_failures")
         if e.kind == "scheduler-close" and tl.scheduler_close is None:
             tl.scheduler_close = e.ts
+            tl.scheduler_close_reason = e.get("reason")
         name = who(e)
         if name is None:
             if e.source in ENV_SOURCES:

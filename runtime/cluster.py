@@ -90,13 +90,14 @@ class LocalCluster:
             raise
 
     # ---------------------------------------------------------------- processes
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], control: bool = False) -> subprocess.Popen:
         env = {**os.environ, **self.extra_env, **self._env_overrides, "KWDIAG_SECRET": self.secret.hex(),
                "PYTHONUNBUFFERED": "1"}
         env.pop("KWDIAG_SCHEDULER_FILE", None)
         log = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "kwdiag.runtime.entry", *args], stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, "-m", "kwdiag.runtime.entry", *args],
+                                    stdin=subprocess.PIPE if control else subprocess.DEVNULL,
                                     stdout=log, stderr=log, env=env, start_new_session=True)
         finally:
             log.close()
@@ -127,12 +128,12 @@ class LocalCluster:
         name = f"worker-{self._next_worker}"
         self._next_worker += 1
         args = ["worker", "--scheduler-file", self.scheduler_file, "--name", name, "--nthreads", str(self.n_threads),
-                "--host", self.host, "--log-dir", self.log_dir, "--watch-parent", str(os.getpid())]
+                "--host", self.host, "--log-dir", self.log_dir, "--control-stdin"]
         if self.memory_limit:
             args += ["--memory-limit", str(self.memory_limit)]
         if not self.nanny:
             args.append("--no-nanny")
-        self._spawn(name, args)
+        self._spawn(name, args, control=True)
         return name
 
     # ---------------------------------------------------------------- talking to the scheduler
@@ -194,6 +195,15 @@ class LocalCluster:
             return
         self._closed = True
         _LIVE.discard(self)
+        # Our workers hear it from us directly (the scheduler may not know a worker that is mid-restart);
+        # the scheduler is told too, so it stops moving data around for workers that are leaving.
+        for name, proc in self.processes.items():
+            if name != "scheduler" and proc.stdin is not None:
+                try:
+                    proc.stdin.write(b"close cluster-close\n")
+                    proc.stdin.close()
+                except OSError:
+                    pass
         scheduler = self.processes.get("scheduler")
         if scheduler is not None and scheduler.poll() is None and self.scheduler_address:
             try:

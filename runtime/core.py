@@ -35,6 +35,24 @@ def background(coro: Any) -> asyncio.Task:
     return task
 
 
+async def watch_control_pipe(fd: int, on_command: Callable[[str, str], None], on_eof: Callable[[], None]) -> None:
+    """Read ``command argument`` lines from a pipe (a nanny's, or a launcher's stdin); EOF means its owner is gone."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    pipe = open(fd, "rb", buffering=0, closefd=False)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                on_eof()
+                return
+            command, _, argument = line.decode("utf-8", "replace").strip().partition(" ")
+            on_command(command, argument)
+    finally:
+        transport.close()
+
+
 class RemoteError(Exception):
     """A request's handler raised on the other side; the message says what."""
 

@@ -78,7 +78,7 @@ def start_scheduler(*, host: str, port: int, scheduler_file: str | None, log_dir
 
 def start_worker(*, address: str | None, scheduler_file: str | None, nanny: bool, name: str | None,
                  nthreads: int, memory_limit: int | None, lifetime: float | None, host: str,
-                 log_dir: str | None, config: dict, preload: list[str] = (), watch_parent: int | None = None) -> None:
+                 log_dir: str | None, config: dict, preload: list[str] = (), control_stdin: bool = False) -> None:
     address, secret = resolve_scheduler(address, scheduler_file)
     name = name or default_name()
     setup_logging()
@@ -87,14 +87,14 @@ def start_worker(*, address: str | None, scheduler_file: str | None, nanny: bool
 
         asyncio.run(run_nanny(name=name, scheduler_address=address, secret=secret, config=config, nthreads=nthreads,
                               memory_limit=memory_limit, log_dir=log_dir, host=host, lifetime=lifetime,
-                              preload=list(preload), watch_parent=watch_parent))
+                              preload=list(preload), control_stdin=control_stdin))
     else:
         from kwdiag.runtime.worker import run_worker
 
         asyncio.run(run_worker(name=name, scheduler_address=address, secret=secret, config=config,
                                nthreads=nthreads, memory_limit=memory_limit, log_dir=log_dir, host=host,
                                nanny_address=None, incarnation=1, lifetime=lifetime, status_fd=None,
-                               control_fd=None, preload=list(preload)))
+                               control_fd=None, preload=list(preload), control_stdin=control_stdin))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
         w.add_argument("--host", default="127.0.0.1")
         w.add_argument("--log-dir")
         w.add_argument("--preload", action="append", default=[])
-        w.add_argument("--watch-parent", type=int)
+        w.add_argument("--control-stdin", action="store_true", help="read 'close REASON' lines on stdin; EOF closes")
         w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
         if role == "worker":
             w.add_argument("--no-nanny", action="store_true")
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             start_worker(address=args.address, scheduler_file=args.scheduler_file, nanny=not args.no_nanny,
                          name=args.name, nthreads=args.nthreads, memory_limit=memory_limit, lifetime=lifetime,
                          host=args.host, log_dir=args.log_dir, config=config, preload=args.preload,
-                         watch_parent=args.watch_parent)
+                         control_stdin=args.control_stdin)
             return
         # worker-process: the child of a nanny
         from kwdiag.runtime.worker import run_worker

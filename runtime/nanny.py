@@ -24,7 +24,7 @@ from typing import Any
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import Listener
-from kwdiag.runtime.core import Stream, background
+from kwdiag.runtime.core import Stream, background, watch_control_pipe
 from kwdiag.runtime.record import Recorder
 from kwdiag.runtime.config import format_bytes
 
@@ -359,7 +359,7 @@ class Nanny:
         self._done.set()
 
 
-async def run_nanny(*, watch_parent: int | None = None, **kwargs: Any) -> None:
+async def run_nanny(*, control_stdin: bool = False, **kwargs: Any) -> None:
     nanny = Nanny(**kwargs)
     loop = asyncio.get_running_loop()
 
@@ -371,11 +371,10 @@ async def run_nanny(*, watch_parent: int | None = None, **kwargs: Any) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+    if control_stdin:  # started by a LocalCluster: it closes us through stdin, and EOF means it is gone
+        def on_command(command: str, argument: str) -> None:
+            if command == "close":
+                background(nanny.close(argument or "cluster-close"))
+        background(watch_control_pipe(0, on_command, lambda: background(nanny.close("parent-died"))))
     await nanny.start()
-    if watch_parent:
-        async def watch() -> None:
-            while os.getppid() == watch_parent and not nanny.closing:
-                await asyncio.sleep(0.5)
-            await nanny.close("parent-died")
-        background(watch())
     await nanny._done.wait()

@@ -113,6 +113,7 @@ class Scheduler:
         self._listener: Listener | None = None
         self._ttl_task: asyncio.Task | None = None
         self._closed = asyncio.Event()
+        self.closing_cluster = False
         self.handlers = {
             "register-worker": self.handle_register_worker,
             "register-client": self.handle_register_client,
@@ -811,6 +812,9 @@ class Scheduler:
         if ws is None:
             return {"status": "unknown"}
         reason = msg.get("reason") or "worker-close-gracefully"
+        if self.closing_cluster or reason in ("cluster-close", "parent-died"):
+            self._remove_worker(ws, how="scheduler-close", expected=True)  # no point moving data
+            return {"status": "ok"}
         ok = await self._retire(ws, reason)
         if not ok and self.workers.get(ws.address) is ws:
             self._remove_worker(ws, how="deregistered", expected=True)
@@ -863,6 +867,7 @@ class Scheduler:
                 "missing": [d.key for d in ts.deps if d.state != MEMORY]}
 
     async def handle_close_cluster(self, stream: Stream, msg: dict) -> dict:
+        self.closing_cluster = True
         nannies = [ws.nanny for ws in self.workers.values() if ws.nanny]
         await asyncio.gather(*(self._nanny_request(n, "close", reason="cluster-close", timeout=10) for n in nannies))
         asyncio.get_running_loop().call_later(0.05, lambda: background(self.close("cluster-close")))

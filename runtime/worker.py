@@ -29,7 +29,7 @@ import cloudpickle
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import CommClosedError, Listener, connect
-from kwdiag.runtime.core import RemoteError, Stream, background
+from kwdiag.runtime.core import RemoteError, Stream, background, watch_control_pipe
 from kwdiag.runtime.record import Recorder
 
 logger = logging.getLogger("kwdiag.worker")
@@ -116,7 +116,7 @@ class Worker:
         await self._connect_scheduler(first=True)
         background(self._heartbeat_forever())
         if self.control_fd is not None:
-            background(self._watch_nanny())
+            background(watch_control_pipe(self.control_fd, self._on_control, self._nanny_gone))
         if self.lifetime:
             asyncio.get_running_loop().call_later(self.lifetime, lambda: background(self.close("lifetime")))
 
@@ -224,20 +224,13 @@ class Worker:
     def _report_running(self) -> None:
         self._tell_nanny("R " + "\t".join(sorted(self.executing)))
 
-    async def _watch_nanny(self) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        pipe = os.fdopen(self.control_fd, "rb", buffering=0)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-        while True:
-            line = await reader.readline()
-            if not line:  # the nanny is gone: a worker must not outlive its supervisor
-                logger.error("Nanny process died; worker exiting")
-                self._exit(1)
-                return
-            command, _, arg = line.decode().strip().partition(" ")
-            if command == "close":
-                background(self.close(arg or "nanny-close"))
+    def _nanny_gone(self) -> None:
+        logger.error("Nanny process died; worker exiting")  # a worker must not outlive its supervisor
+        self._exit(1)
+
+    def _on_control(self, command: str, argument: str) -> None:
+        if command == "close":
+            background(self.close(argument or "nanny-close"))
 
     # ---------------------------------------------------------------- tasks
     def handle_compute(self, stream: Stream, msg: dict) -> None:
@@ -458,7 +451,7 @@ def _execute(spec: bytes, values: dict) -> tuple[str, Any]:
 async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int,
                      memory_limit: int | None, log_dir: str | None, host: str, nanny_address: str | None,
                      incarnation: int, lifetime: float | None, status_fd: int | None, control_fd: int | None,
-                     preload: list[str] = ()) -> None:
+                     preload: list[str] = (), control_stdin: bool = False) -> None:
     import importlib
 
     worker = Worker(name=name, scheduler_address=scheduler_address, secret=secret, config=config, nthreads=nthreads,
@@ -486,6 +479,9 @@ async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config
             loop.add_signal_handler(sig, on_signal, sig)
     else:  # under a nanny, Ctrl-C in a terminal reaches the nanny, which asks us to close
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if control_stdin:  # started by a LocalCluster: it closes us through stdin, and EOF means it is gone
+        background(watch_control_pipe(0, worker._on_control,
+                                      lambda: background(worker.close("parent-died"))))
     try:
         await worker.start()
     except CommClosedError as exc:

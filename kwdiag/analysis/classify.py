@@ -39,14 +39,16 @@ QUIET_KINDS = {"worker-registered", "worker-name", "worker-info"}  # context, no
 CLUSTER_CLOSE_REASONS = {"scheduler-close", "cluster-close", "parent-died"}
 
 
-def _closed_on_its_own(events: list[Event]) -> bool:
+def _closed_on_its_own(events: list[Event], scheduler_reason: str | None) -> bool:
     """kwdiag's structured record says this worker left for a reason of its own, not the cluster's close.
 
     Text logs only let us guess that from timing; a JSONL ``worker-closing``/``worker-end`` names it.
+    The same signal reaching the scheduler too (a whole process group stopped) is still a shutdown.
     """
     return any(e.kind in ("worker-closing", "worker-end") and e.origin is not None
                and e.origin.file.endswith(".jsonl") and e.get("reason")
-               and e.get("reason") not in CLUSTER_CLOSE_REASONS for e in events)
+               and e.get("reason") not in CLUSTER_CLOSE_REASONS and e.get("reason") != scheduler_reason
+               for e in events)
 
 
 @dataclass(frozen=True)
@@ -359,7 +361,7 @@ def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
         if how in (None, "connection-closed"):
             cause, detail = "sudden_exit", "connection_lost"
             conf = 0.5 if has_worker_log else 0.3
-    if tl.scheduler_close is not None and end is not None and not _closed_on_its_own(inc.events) and (
+    if tl.scheduler_close is not None and end is not None and not _closed_on_its_own(inc.events, tl.scheduler_close_reason) and (
             tl.scheduler_close - SHUTDOWN_BEFORE <= end <= tl.scheduler_close + SHUTDOWN_AFTER):
         if cause in ("chose_to_exit", "unknown") or detail == "connection_lost":
             if cause != "chose_to_exit" or detail in ("sigterm", "ended", "shutdown", "close_timeout", "sigint"):
