@@ -32,7 +32,7 @@ logger = logging.getLogger("kwdiag.nanny")
 
 EXIT_REFUSED = 78
 SAMPLES_KEPT_SECONDS = 30.0
-STDERR_TAIL_LINES = 40
+STDERR_TAIL_LINES = 100  # room for a faulthandler dump of a few threads
 
 
 def signal_name(number: int) -> str:
@@ -83,6 +83,7 @@ class Nanny:
         self.running: set[str] = set()
         self.leaving_reason: str | None = None   # the worker said it is leaving on purpose
         self.caused_by: str | None = None        # what the nanny did to end the current worker
+        self.sent_signals: set[int] = set()      # signals the nanny sent the current worker
         self.samples: collections.deque = collections.deque()
         self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.started_at = 0.0
@@ -122,6 +123,7 @@ class Nanny:
         self.running.clear()
         self.leaving_reason = None
         self.caused_by = None
+        self.sent_signals = set()
         self.worker_address = None
         self.samples.clear()
         self.stderr_tail.clear()
@@ -163,7 +165,7 @@ class Nanny:
                 return
             out.write(line)
             out.flush()
-            self.stderr_tail.append(line.decode("utf-8", "replace").rstrip("\n"))
+            self.stderr_tail.append(line[:1000].decode("utf-8", "replace").rstrip("\n"))
 
     async def _read_status(self, fd: int) -> None:
         loop = asyncio.get_running_loop()
@@ -200,6 +202,11 @@ class Nanny:
         now = time.time()
         signum = -code if code < 0 else None
         leaving = self.leaving_reason
+        # The nanny caused this exit only if the outcome is what it did: a signal it sent, or a clean exit
+        # after it asked. A SIGSEGV that lands while the nanny is asking the worker to close is not its doing.
+        nanny_was = self.caused_by
+        if self.caused_by is not None and code != 0 and signum not in self.sent_signals:
+            self.caused_by = None
         will_restart = self._should_restart(code, leaving)
         samples = [[round(t, 3), rss] for t, rss in self.samples]
         if signum:
@@ -209,7 +216,8 @@ class Nanny:
         level = "info" if (code == 0 or self.caused_by in ("shutdown", "signal", "restart")) else "warning"
         self.rec.event("worker-exit", text, level=level, pid=proc.pid, incarnation=self.incarnation,
                        exitcode=code, signal=signum, signal_name=signal_name(signum) if signum else None,
-                       caused_by=self.caused_by, leaving_reason=leaving, nanny_close_reason=self.closing,
+                       caused_by=self.caused_by, nanny_was=nanny_was, leaving_reason=leaving,
+                       nanny_close_reason=self.closing,
                        address=self.worker_address,
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction,
                        peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
@@ -287,6 +295,7 @@ class Nanny:
                        terminate_fraction=self.fraction, running_tasks=sorted(self.running),
                        samples=[[round(t, 3), r] for t, r in list(self.samples)[-50:]])
         try:
+            self.sent_signals.add(signal.SIGTERM)
             proc.send_signal(signal.SIGTERM)
         except ProcessLookupError:
             return
@@ -296,6 +305,7 @@ class Nanny:
             logger.warning("Worker %s (pid=%d) is slow to accept SIGTERM; sending SIGKILL", self.worker_address,
                            proc.pid)
             try:
+                self.sent_signals.add(signal.SIGKILL)
                 proc.kill()
             except ProcessLookupError:
                 pass
@@ -319,6 +329,7 @@ class Nanny:
                 logger.warning("Worker process still alive after %.1f seconds, killing",
                                self.config["close_timeout"])
         try:
+            self.sent_signals.add(signal.SIGKILL)
             proc.kill()
         except ProcessLookupError:
             pass

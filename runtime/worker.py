@@ -113,10 +113,10 @@ class Worker:
         self.rec.event("worker-start", f"      Start worker at: {self.address:>26}", address=self.address,
                        name=self.name, nthreads=self.nthreads, memory_limit=self.memory_limit,
                        incarnation=self.incarnation, nanny=self.nanny_address, pid=os.getpid(), versions=self.versions)
+        if self.control_fd is not None:  # before connecting: a close may come while we are still starting
+            background(watch_control_pipe(self.control_fd, self._on_control, self._nanny_gone))
         await self._connect_scheduler(first=True)
         background(self._heartbeat_forever())
-        if self.control_fd is not None:
-            background(watch_control_pipe(self.control_fd, self._on_control, self._nanny_gone))
         if self.lifetime:
             asyncio.get_running_loop().call_later(self.lifetime, lambda: background(self.close("lifetime")))
 
@@ -230,7 +230,9 @@ class Worker:
 
     def _on_control(self, command: str, argument: str) -> None:
         if command == "close":
-            background(self.close(argument or "nanny-close"))
+            reason = argument or "nanny-close"
+            # When the whole cluster is closing there is nobody to hand work back to.
+            background(self.close(reason, hand_back=reason not in ("cluster-close", "parent-died")))
 
     # ---------------------------------------------------------------- tasks
     def handle_compute(self, stream: Stream, msg: dict) -> None:
@@ -452,8 +454,11 @@ async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config
                      memory_limit: int | None, log_dir: str | None, host: str, nanny_address: str | None,
                      incarnation: int, lifetime: float | None, status_fd: int | None, control_fd: int | None,
                      preload: list[str] = (), control_stdin: bool = False) -> None:
+    import faulthandler
     import importlib
 
+    # A segfault or abort then leaves its Python stacks on stderr, where the nanny keeps the tail.
+    faulthandler.enable()
     worker = Worker(name=name, scheduler_address=scheduler_address, secret=secret, config=config, nthreads=nthreads,
                     memory_limit=memory_limit, log_dir=log_dir, host=host, nanny_address=nanny_address,
                     incarnation=incarnation, lifetime=lifetime, status_fd=status_fd, control_fd=control_fd)
