@@ -39,17 +39,21 @@ def _root(
     """kwdiag: run, explain and gate on worker deaths."""
 
 
-def _register_all() -> None:
-    from kwdiag import cli_runtime
+# Each command group lives in its own module with a ``register(app)``; heavy imports stay inside commands.
+COMMAND_MODULES = ("cli_runtime", "cli_analysis", "cli_check", "cli_run")
 
-    cli_runtime.register(app)
-    try:
-        from kwdiag import cli_analysis  # explain, rules, check
-    except ImportError as exc:  # pragma: no cover - only while the module is being written
-        if "cli_analysis" not in str(exc):
-            raise
-    else:
-        cli_analysis.register(app)
+
+def _register_all() -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"kwdiag.{name}")
+        except ModuleNotFoundError as exc:  # a group still being written is simply absent
+            if exc.name != f"kwdiag.{name}":
+                raise
+            continue
+        module.register(app)
 
 
 _register_all()
