@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from kwdiag.analysis.model import IncarnationSpan
 from kwdiag.events import Event
 
 START_KINDS = {"worker-start", "worker-registered"}
@@ -72,6 +73,18 @@ class Timeline:
     scheduler_close: float | None = None
     scheduler_close_reason: str | None = None
     allowed_failures: int | None = None
+
+    def spans(self) -> list[IncarnationSpan]:
+        """When each incarnation lived, by worker and number: from its start (or first event) to its end
+        (None while alive at the end of the logs)."""
+        out = []
+        for name in sorted(self.workers):
+            for inc in self.workers[name]:
+                times = [e.ts for e in inc.events if not e.get("ts_unknown")]
+                started = inc.started if inc.started is not None else min(times, default=None)
+                out.append(IncarnationSpan(worker=name, incarnation=inc.number, started=started,
+                                           ended=inc.ended_at if inc.ended else None, address=inc.address))
+        return out
 
     def incarnations(self) -> list[Incarnation]:
         out = [i for incs in self.workers.values() for i in incs]

@@ -18,15 +18,17 @@ from kwdiag.analysis.model import (
     Death,
     Evidence,
     Hint,
+    IncarnationSpan,
     InputProblem,
     KilledWorkerBlame,
+    MemoryTrace,
     Report,
     TaskError,
 )
 
 __all__ = [
     "analyze", "analyze_events", "load_rules", "Report", "Death", "Evidence", "Hint", "KilledWorkerBlame",
-    "TaskError", "InputProblem", "CAUSES", "SCHEMA", "SCHEMA_VERSION",
+    "TaskError", "InputProblem", "MemoryTrace", "IncarnationSpan", "CAUSES", "SCHEMA", "SCHEMA_VERSION",
 ]
 
 
@@ -57,9 +59,12 @@ def analyze_events(events, rules=None, *, file_runtime: dict | None = None, prob
     kws = blame(tl, deaths, rules, file_runtime)
     terrs = task_errors(tl, rules)
     rts = sorted({r for r in (file_runtime or {}).values() if r})
+    times = [e.ts for e in events if not e.get("ts_unknown")]
     return Report(deaths=tuple(deaths), killed_workers=tuple(kws), task_errors=tuple(terrs),
                   problems=tuple(problems), runtimes=tuple(rts), files=tuple(files),
-                  workers=tuple(sorted(tl.workers)), events=len(events), lines=lines, bytes=nbytes)
+                  workers=tuple(sorted(tl.workers)), events=len(events), lines=lines, bytes=nbytes,
+                  incarnations=tuple(tl.spans()), first_ts=min(times, default=None),
+                  last_ts=max(times, default=None))
 
 
 def _infer_runtimes(events) -> dict:

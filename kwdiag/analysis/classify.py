@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kwdiag.analysis.engine import Rule, RuleSet
+from kwdiag.analysis.memory import memory_trace
 from kwdiag.analysis.model import Death, Evidence, Hint, KilledWorkerBlame, TaskError
 from kwdiag.events import Event
 from kwdiag.timeline import Incarnation, Timeline
@@ -442,6 +443,7 @@ def classify_incarnation(inc: Incarnation, tl: Timeline, rules: RuleSet,
         at=end, address=inc.address, pid=pid, started=inc.started, evidence=evidence, hints=hints,
         rules=tuple(r.id for r in rules_used), noticed_by=noticed_by, noticed_after=noticed_after,
         running=tuple(running), severity=severity, summary=summary, disagreement=tuple(dis),
+        memory=memory_trace(inc.events + _nearby_unnamed_memory(inc, tl, end)),
     )
 
 

@@ -2,8 +2,9 @@
 ``TaskError``, ``InputProblem`` and ``Report``.
 
 Covers: plain, frozen dataclasses with a stable ``to_dict()`` (the JSON output is built from these,
-schema ``SCHEMA``) and a ``fingerprint`` for each death that stays the same when the same failure
-is seen again (no timestamps, no ports, no pids), for CI gating (`kwdiag check`) and de-duplication.
+schema ``SCHEMA``), ``MemoryTrace`` (what the logs show of one incarnation's memory) and
+``IncarnationSpan`` (when each incarnation lived), both for charts, and a ``fingerprint`` for each
+death that stays the same when the same failure is seen again (no timestamps, no ports, no pids), for CI gating (`kwdiag check`) and de-duplication.
 
 Does not cover: how deaths are found (``kwdiag.timeline``) or classified (``kwdiag.analysis.classify``),
 nor rendering (``kwdiag.report``).
@@ -68,6 +69,50 @@ class Hint:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryTrace:
+    """What the logs show of one incarnation's memory (bytes; timestamps in epoch seconds).
+
+    ``samples`` are the nanny's regular RSS samples (kwdiag: the last ~30 s before the exit);
+    ``readings`` are the few values log lines state (Dask: ``Process memory: 248.09 MiB``), never
+    resampled. ``limit`` is the memory limit, ``terminate_fraction`` the fraction of it at which the
+    nanny terminates the worker, ``peak`` the highest RSS any of them shows.
+    """
+
+    samples: tuple[tuple[float, float], ...] = ()
+    readings: tuple[tuple[float, float], ...] = ()
+    limit: float | None = None
+    terminate_fraction: float | None = None
+    peak: float | None = None
+
+    @property
+    def terminate_at(self) -> float | None:
+        """The RSS at which the nanny terminates the worker (limit × terminate fraction)."""
+        if self.limit and self.terminate_fraction:
+            return self.limit * self.terminate_fraction
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"limit": self.limit, "terminate_fraction": self.terminate_fraction, "peak": self.peak,
+                "samples": [[t, v] for t, v in self.samples], "readings": [[t, v] for t, v in self.readings]}
+
+
+@dataclass(frozen=True, slots=True)
+class IncarnationSpan:
+    """When one incarnation of a worker lived: ``ended`` is None if it was alive when the logs end."""
+
+    worker: str
+    incarnation: int
+    started: float | None
+    ended: float | None
+    address: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"worker": self.worker, "incarnation": self.incarnation, "address": self.address,
+                "started": iso(self.started), "ended": iso(self.ended), "ts_started": self.started,
+                "ts_ended": self.ended}
+
+
+@dataclass(frozen=True, slots=True)
 class Death:
     """The end of one incarnation of one worker, and why.
 
@@ -94,6 +139,7 @@ class Death:
     severity: str = "error"
     summary: str = ""
     disagreement: tuple[str, ...] = ()  # other explanations the evidence also supported
+    memory: MemoryTrace | None = None  # what the logs show of its memory, if anything
 
     @property
     def failure(self) -> bool:
@@ -128,6 +174,7 @@ class Death:
             "fingerprint": self.fingerprint,
             "evidence": [e.to_dict() for e in self.evidence],
             "hints": [h.to_dict() for h in self.hints],
+            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
 
@@ -202,6 +249,9 @@ class Report:
     lines: int = 0
     bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    incarnations: tuple[IncarnationSpan, ...] = ()  # every incarnation seen, dead or alive, by worker
+    first_ts: float | None = None  # the earliest and latest timestamps in the input
+    last_ts: float | None = None
 
     @property
     def failures(self) -> tuple[Death, ...]:
@@ -238,9 +288,11 @@ class Report:
             "runtimes": list(self.runtimes),
             "files": list(self.files),
             "workers": list(self.workers),
-            "stats": {"events": self.events, "lines": self.lines, "bytes": self.bytes},
+            "stats": {"events": self.events, "lines": self.lines, "bytes": self.bytes,
+                      "first": iso(self.first_ts), "last": iso(self.last_ts)},
             "deaths": [d.to_dict() for d in self.deaths],
             "killed_workers": [k.to_dict() for k in self.killed_workers],
             "task_errors": [t.to_dict() for t in self.task_errors],
             "problems": [p.to_dict() for p in self.problems],
+            "incarnations": [i.to_dict() for i in self.incarnations],
         }

@@ -1,7 +1,8 @@
 """The terminal report: a summary table, each death's evidence and fix, KilledWorker blame, a verdict.
 
 Covers: a rich rendering for terminals (colour unless ``NO_COLOR``) and a plain, stable rendering
-when the output is not a terminal (pipes, files, snapshot tests). Log text never reaches rich as
+when the output is not a terminal (pipes, files, snapshot tests). A death whose memory the nanny
+sampled gets a one-line sparkline against its limit (``report.sparkline``). Log text never reaches rich as
 markup: it goes in ``Text`` objects after control sequences are stripped (``report.text.safe``).
 
 Does not cover: JSON or Markdown (``jsonout``, ``markdown``).
@@ -14,6 +15,7 @@ import sys
 from typing import TextIO
 
 from kwdiag.analysis.model import Death, Report
+from kwdiag.report.sparkline import sparkline
 from kwdiag.report.text import conf, safe, when
 
 FAIR = {True: "fair", False: "unfair", None: "cannot tell"}
@@ -80,6 +82,9 @@ def _plain_death(d: Death, add) -> None:
         extra.append("running " + ", ".join(safe(t, 60) for t in d.running[:5]))
     if extra:
         add("  " + "; ".join(extra))
+    spark = sparkline(d.memory)
+    if spark:
+        add("  " + spark)
     if d.disagreement:
         add("  other explanations seen: " + ", ".join(safe(x, 60) for x in d.disagreement))
     for e in d.evidence:
@@ -112,7 +117,8 @@ def render_rich(report: Report, console) -> None:
             buf: list[str] = []
             _plain_death(d, buf.append)
             for line in buf[1:]:
-                style = "cyan" if line.lstrip().startswith("fix (") else None
+                style = ("cyan" if line.lstrip().startswith("fix (")
+                         else "magenta" if line.lstrip().startswith("memory ") else None)
                 console.print(Text(line, style=style), soft_wrap=True)
     else:
         console.print(Text("No worker deaths found."))
