@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="A directory of your own rule "
                                                                              "files, used beside the built-ins."),
         output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
+        html_path: Optional[str] = typer.Option(None, "--html", help="Also write a self-contained HTML page "
+                                                                      "with a timeline and memory charts."),
     ) -> None:
         """Explain every worker death in saved logs (kwdiag's and Dask's): cause, evidence, fix."""
         from kwdiag.errors import USAGE, KwdiagError
@@ -34,12 +36,9 @@ def register(app: typer.Typer) -> None:
         from kwdiag.analysis import analyze
 
         report = analyze(paths, rules_dirs or ())
-        import sys
+        from kwdiag.cli_io import open_output, print_problems
 
-        try:
-            out = open(output, "w", encoding="utf-8") if output else sys.stdout
-        except OSError as exc:
-            raise KwdiagError(f"cannot write {output}: {exc.strerror or exc}", USAGE) from None
+        out = open_output(output)
         try:
             if fmt == "json":
                 from kwdiag.report.jsonout import render_json
@@ -56,10 +55,16 @@ def register(app: typer.Typer) -> None:
         finally:
             if output:
                 out.close()
-        errors = report.input_errors
-        for p in report.problems:
-            print(f"kwdiag: {'error' if p.level == 'error' else 'warning'}: {p.path}: {p.message}", file=sys.stderr)
-        if errors:
+        if html_path:
+            from kwdiag.report.html import render_html
+
+            page = render_html(report)
+            try:
+                with open(html_path, "w", encoding="utf-8") as fh:
+                    fh.write(page)
+            except OSError as exc:
+                raise KwdiagError(f"cannot write {html_path}: {exc.strerror or exc}", USAGE) from None
+        if print_problems(report):
             raise typer.Exit(USAGE)
 
     @rules_app.command("list")

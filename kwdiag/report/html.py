@@ -1,0 +1,446 @@
+"""``kwdiag explain --html PATH``: the report as one self-contained HTML page with charts.
+
+Covers: a page with inline CSS and inline SVG generated here (no JavaScript, no fonts, images or
+anything else fetched: a ``Content-Security-Policy`` of ``default-src 'none'`` says so to the
+browser): the verdict, a summary table, a **timeline** (one row per worker, a bar per incarnation
+from its start to its end, each death marked and coloured by cause, KilledWorker tasks as a
+vertical line with the deaths counted against them ringed, a legend), **memory charts** (per worker,
+one panel per death whose memory the logs show: the nanny's RSS samples as a line, single readings
+from log lines as dots, the memory limit and the terminate line at limit × terminate fraction, the
+death), then each death's evidence and fix, KilledWorker blame, task errors and input problems.
+Every piece of log text goes through ``report.text.safe`` (control sequences stripped) and then
+``html.escape`` (quotes too), in element text and attribute values alike.
+
+Does not cover: analysis (``kwdiag.analysis``), interactive zoom or live data, or memory the logs do
+not contain (Dask text logs state only the limit and a few warnings: the page says so).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+
+from kwdiag.analysis.model import Death, MemoryTrace, Report
+from kwdiag.report.sparkline import fmt_bytes
+from kwdiag.report.text import conf, safe, when
+
+CAUSE_COLOURS = {
+    "nanny_memory_restart": "#e8590c",
+    "sudden_exit": "#c92a2a",
+    "unrecoverable_exception": "#862e9c",
+    "version_mismatch": "#1971c2",
+    "unknown": "#868e96",
+    "chose_to_exit": "#2f9e44",
+}
+ALIVE = "#ced4da"
+RSS = "#1c7ed6"
+LIMIT = "#c92a2a"
+TERMINATE = "#f08c00"
+
+TL_WIDTH, TL_LEFT, TL_RIGHT, TL_TOP, TL_ROW = 1100, 170, 30, 46, 30
+MEM_WIDTH, MEM_HEIGHT, MEM_LEFT, MEM_RIGHT, MEM_TOP, MEM_BOTTOM = 520, 230, 70, 16, 14, 34
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1160px;
+ color:#212529;background:#fff;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #dee2e6}
+h3{font-size:15px;margin:16px 0 6px}
+.verdict{font-weight:600;padding:8px 12px;border-radius:6px;background:#fff5f5;border:1px solid #ffc9c9}
+.verdict.ok{background:#ebfbee;border-color:#b2f2bb}
+.meta{color:#495057;font-size:13px}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #dee2e6;padding:3px 8px;text-align:left;
+ vertical-align:top}th{background:#f1f3f5}
+.badge{display:inline-block;padding:0 6px;border-radius:4px;color:#fff;font-size:12px;font-weight:600}
+.legend{display:flex;flex-wrap:wrap;gap:14px;margin:6px 0;font-size:13px}
+.legend span.sw{display:inline-block;width:14px;height:14px;border-radius:3px;vertical-align:-2px;margin-right:4px}
+svg{display:block;background:#fff}svg text{font:12px system-ui,sans-serif;fill:#343a40}
+svg text.small{font-size:11px;fill:#495057}
+.panels{display:flex;flex-wrap:wrap;gap:12px}
+figure{margin:0;border:1px solid #dee2e6;border-radius:6px;padding:6px;width:520px}
+figcaption{font-size:13px;margin:0 0 4px}
+.note{color:#868e96;font-style:italic}
+.death{border:1px solid #dee2e6;border-left:6px solid #868e96;border-radius:6px;padding:6px 12px;margin:10px 0}
+.ev{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all;
+ background:#f8f9fa;padding:6px 8px;border-radius:4px;margin:4px 0}
+.ev .loc{color:#1971c2}
+.fix{background:#e7f5ff;padding:4px 8px;border-radius:4px;margin:4px 0}
+.spark{font-family:ui-monospace,monospace}
+"""
+
+
+def esc(text: object, limit: int = 300) -> str:
+    """Log text (or anything) fit for HTML element text or a quoted attribute value."""
+    return html.escape(safe(str(text), limit), quote=True)
+
+
+def _colour(cause: str) -> str:
+    return CAUSE_COLOURS.get(cause, CAUSE_COLOURS["unknown"])
+
+
+def nice_step(span: float, target: int = 6) -> float:
+    """A round tick step (1, 2, 5 × 10^k) giving about ``target`` ticks over ``span``."""
+    if span <= 0 or not math.isfinite(span):
+        return 1.0
+    raw = span / target
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+def fmt_dur(sec: float) -> str:
+    """A signed duration for axis labels: ``0s``, ``+1.5s``, ``-40s``, ``+2m30s``, ``+1h05m``."""
+    sign = "-" if sec < -1e-9 else ("+" if sec > 1e-9 else "")
+    s = abs(sec)
+    if s < 1e-9:
+        return "0s"
+    if s < 60:
+        return f"{sign}{s:.3g}s"
+    if s < 3600:
+        m, r = divmod(round(s), 60)
+        return f"{sign}{m}m" + (f"{r:02d}s" if r else "")
+    h, r = divmod(round(s) // 60, 60)
+    return f"{sign}{h}h{r:02d}m"
+
+
+def _utc(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1000):03d} UTC"
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+# ---------------------------------------------------------------- timeline
+
+
+def timeline_svg(report: Report) -> str:
+    """The timeline: a row per worker, a bar per incarnation, deaths coloured by cause, KilledWorker marks."""
+    spans = list(report.incarnations)
+    if not spans:
+        return '<p class="note">No worker incarnations in these logs.</p>'
+    times = [t for s in spans for t in (s.started, s.ended) if t is not None]
+    times += [d.at for d in report.deaths if d.at is not None]
+    times += [k.at for k in report.killed_workers if k.at is not None]
+    if report.first_ts is not None:
+        times.append(report.first_ts)
+    if report.last_ts is not None:
+        times.append(report.last_ts)
+    t0, t1 = min(times), max(times)
+    if t1 - t0 < 1e-3:
+        t1 = t0 + 1.0
+    plot_w = TL_WIDTH - TL_LEFT - TL_RIGHT
+    workers = list(dict.fromkeys(s.worker for s in spans))
+    height = TL_TOP + TL_ROW * len(workers) + 34
+
+    def x(t: float) -> float:
+        return TL_LEFT + (t - t0) / (t1 - t0) * plot_w
+
+    deaths = {(d.worker, d.incarnation): (i, d) for i, d in enumerate(report.deaths)}
+    counted = {(d.worker, d.incarnation) for k in report.killed_workers for d in k.deaths}
+    out = [f'<svg id="timeline" class="chart" width="{TL_WIDTH}" height="{height}" '
+           f'viewBox="0 0 {TL_WIDTH} {height}" role="img" aria-label="worker timeline">']
+    # axis: time since the first event
+    step = nice_step(t1 - t0)
+    k = 0
+    while k * step <= (t1 - t0) + 1e-9:
+        xx = x(t0 + k * step)
+        out.append(f'<line x1="{_f(xx)}" y1="{TL_TOP - 6}" x2="{_f(xx)}" y2="{height - 30}" stroke="#e9ecef"/>')
+        out.append(f'<text class="small" x="{_f(xx)}" y="{height - 14}" text-anchor="middle">'
+                   f'{esc(fmt_dur(k * step))}</text>')
+        k += 1
+    out.append(f'<text class="small" x="{TL_LEFT}" y="14">time since {esc(_utc(t0))}</text>')
+    for row, w in enumerate(workers):
+        y = TL_TOP + row * TL_ROW
+        out.append(f'<g class="worker-row" data-worker="{esc(w, 200)}">')
+        if row % 2:
+            out.append(f'<rect x="0" y="{y - 4}" width="{TL_WIDTH}" height="{TL_ROW}" fill="#f8f9fa"/>')
+        out.append(f'<text x="{TL_LEFT - 8}" y="{y + TL_ROW / 2 + 1}" text-anchor="end">'
+                   f'<title>{esc(w, 300)}</title>{esc(w, 22)}</text>')
+        for s in (s for s in spans if s.worker == w):
+            start = s.started if s.started is not None else t0
+            end = s.ended if s.ended is not None else t1
+            x0, x1 = x(start), max(x(end), x(start) + 2)
+            hit = deaths.get((s.worker, s.incarnation))
+            d = hit[1] if hit else None
+            fill = _colour(d.cause) if d else ALIVE
+            state = (f"{d.cause}/{d.detail} at {_utc(d.at)}" if d else
+                     ("ended" if s.ended is not None else "alive when the logs end"))
+            tip = f"{s.worker} #{s.incarnation} ({s.address or 'no address'}): {_utc(s.started)} to {state}"
+            out.append(f'<rect class="incarnation" data-incarnation="{s.incarnation}" x="{_f(x0)}" y="{y + 5}" '
+                       f'width="{_f(x1 - x0)}" height="{TL_ROW - 14}" rx="3" fill="{fill}" fill-opacity="0.35" '
+                       f'stroke="{fill}"><title>{esc(tip, 600)}</title></rect>')
+            if d is None:
+                continue
+            cx, cy = x1, y + TL_ROW / 2 - 2
+            i = hit[0]
+            if (d.worker, d.incarnation) in counted:
+                out.append(f'<circle class="kw-counted" cx="{_f(cx)}" cy="{_f(cy)}" r="10" fill="none" '
+                           f'stroke="#212529" stroke-width="2"/>')
+            pts = f"{_f(cx)},{_f(cy - 7)} {_f(cx + 7)},{_f(cy)} {_f(cx)},{_f(cy + 7)} {_f(cx - 7)},{_f(cy)}"
+            out.append(f'<a href="#death-{i}"><polygon class="death-marker" data-cause="{esc(d.cause)}" '
+                       f'points="{pts}" fill="{_colour(d.cause)}" stroke="#fff" stroke-width="1">'
+                       f'<title>{esc(f"{d.worker} #{d.incarnation}: {d.cause}/{d.detail} at {_utc(d.at)}, confidence {conf(d.confidence)}", 600)}'
+                       f'</title></polygon></a>')
+        out.append('</g>')
+    for kw in report.killed_workers:
+        if kw.at is None:
+            continue
+        xx = x(kw.at)
+        out.append(f'<g class="killed-worker"><line x1="{_f(xx)}" y1="{TL_TOP - 10}" x2="{_f(xx)}" '
+                   f'y2="{height - 30}" stroke="#212529" stroke-width="2" stroke-dasharray="5 3"/>'
+                   f'<text x="{_f(min(xx + 4, TL_WIDTH - 200))}" y="{TL_TOP - 14}">'
+                   f'<title>{esc(f"KilledWorker: {kw.task} at {_utc(kw.at)}", 600)}</title>'
+                   f'KilledWorker: {esc(kw.task, 28)}</text></g>')
+    out.append('</svg>')
+    return "".join(out)
+
+
+def _legend(report: Report) -> str:
+    causes = list(dict.fromkeys(d.cause for d in report.deaths))
+    items = [f'<span><span class="sw" style="background:{_colour(c)}"></span>{esc(c)}</span>' for c in causes]
+    if any(s.ended is None for s in report.incarnations):
+        items.append(f'<span><span class="sw" style="background:{ALIVE}"></span>alive when the logs end</span>')
+    if report.killed_workers:
+        items.append('<span><span class="sw" style="border:2px solid #212529;border-radius:50%;width:10px;'
+                     'height:10px"></span>death counted against a KilledWorker task (dashed line: the scheduler '
+                     'gave up)</span>')
+    return '<div class="legend">' + "".join(items) + "</div>"
+
+
+# ---------------------------------------------------------------- memory
+
+
+def _byte_ticks(top: float) -> tuple[float, list[float]]:
+    unit = 1024**3 if top >= 2 * 1024**3 else 1024**2 if top >= 2 * 1024**2 else 1024 if top >= 2048 else 1
+    step = nice_step(top / unit, 5) * unit
+    ticks, v = [], 0.0
+    while v <= top + 1e-6:
+        ticks.append(v)
+        v += step
+    return step, ticks
+
+
+def memory_svg(d: Death, top: float) -> str:
+    """One death's memory panel: RSS samples, readings, limit and terminate lines, the death."""
+    m = d.memory or MemoryTrace()
+    pw, ph = MEM_WIDTH - MEM_LEFT - MEM_RIGHT, MEM_HEIGHT - MEM_TOP - MEM_BOTTOM
+    ts = [t for t, _ in m.samples] + [t for t, _ in m.readings] + ([d.at] if d.at is not None else [])
+    ref = d.at if d.at is not None else (max(ts) if ts else 0.0)
+    lo, hi = (min(ts), max(ts)) if ts else (ref - 1.0, ref)
+    if hi - lo < 0.2:
+        lo, hi = lo - 0.5, hi + 0.1
+    hi += (hi - lo) * 0.03
+
+    def x(t: float) -> float:
+        return MEM_LEFT + (t - lo) / (hi - lo) * pw
+
+    def y(v: float) -> float:
+        return MEM_TOP + ph - min(v, top) / top * ph
+
+    out = [f'<svg class="chart memory-chart" data-worker="{esc(d.worker, 200)}" data-incarnation="{d.incarnation}" '
+           f'data-samples="{len(m.samples)}" data-readings="{len(m.readings)}" width="{MEM_WIDTH}" '
+           f'height="{MEM_HEIGHT}" viewBox="0 0 {MEM_WIDTH} {MEM_HEIGHT}" role="img" '
+           f'aria-label="memory of {esc(d.worker, 200)} incarnation {d.incarnation}">']
+    _, ticks = _byte_ticks(top)
+    for v in ticks:
+        out.append(f'<line x1="{MEM_LEFT}" y1="{_f(y(v))}" x2="{MEM_LEFT + pw}" y2="{_f(y(v))}" stroke="#e9ecef"/>'
+                   f'<text class="small" x="{MEM_LEFT - 6}" y="{_f(y(v) + 4)}" text-anchor="end">'
+                   f'{esc(fmt_bytes(v) if v else "0")}</text>')
+    step = nice_step(hi - lo, 5)
+    k = math.ceil((lo - ref) / step)
+    while ref + k * step <= hi + 1e-9:
+        xx = x(ref + k * step)
+        out.append(f'<line x1="{_f(xx)}" y1="{MEM_TOP + ph}" x2="{_f(xx)}" y2="{MEM_TOP + ph + 4}" stroke="#868e96"/>'
+                   f'<text class="small" x="{_f(xx)}" y="{MEM_TOP + ph + 16}" text-anchor="middle">'
+                   f'{esc(fmt_dur(k * step))}</text>')
+        k += 1
+    out.append(f'<text class="small" x="{MEM_LEFT + pw}" y="{MEM_HEIGHT - 3}" text-anchor="end">'
+               f'time relative to the {"death" if d.at is not None else "last sample"}</text>')
+    out.append(f'<rect x="{MEM_LEFT}" y="{MEM_TOP}" width="{pw}" height="{ph}" fill="none" stroke="#adb5bd"/>')
+    if m.limit:
+        yy = y(m.limit)
+        out.append(f'<line class="limit" x1="{MEM_LEFT}" y1="{_f(yy)}" x2="{MEM_LEFT + pw}" y2="{_f(yy)}" '
+                   f'stroke="{LIMIT}" stroke-width="1.5" stroke-dasharray="6 3"/>'
+                   f'<text class="small" x="{MEM_LEFT + 4}" y="{_f(yy - 4)}" style="fill:{LIMIT}">'
+                   f'limit {esc(fmt_bytes(m.limit))}</text>')
+    if m.terminate_at:
+        yy = y(m.terminate_at)
+        out.append(f'<line class="terminate" x1="{MEM_LEFT}" y1="{_f(yy)}" x2="{MEM_LEFT + pw}" y2="{_f(yy)}" '
+                   f'stroke="{TERMINATE}" stroke-width="1.5" stroke-dasharray="2 3"/>'
+                   f'<text class="small" x="{MEM_LEFT + 4}" y="{_f(yy + 13)}" style="fill:{TERMINATE}">'
+                   f'terminate {esc(fmt_bytes(m.terminate_at))} ({m.terminate_fraction:.0%})</text>')
+    if m.samples:
+        pts = " ".join(f"{_f(x(t))},{_f(y(v))}" for t, v in m.samples)
+        base = MEM_TOP + ph
+        first, last = m.samples[0][0], m.samples[-1][0]
+        out.append(f'<polygon class="rss-area" points="{_f(x(first))},{base} {pts} {_f(x(last))},{base}" '
+                   f'fill="{RSS}" fill-opacity="0.12"/>')
+        out.append(f'<polyline class="rss" points="{pts}" fill="none" stroke="{RSS}" stroke-width="2" '
+                   f'stroke-linejoin="round"><title>RSS, {len(m.samples)} samples by the nanny</title></polyline>')
+        if len(m.samples) <= 80:
+            for t, v in m.samples:
+                out.append(f'<circle class="sample" cx="{_f(x(t))}" cy="{_f(y(v))}" r="2.5" fill="{RSS}">'
+                           f'<title>{esc(fmt_bytes(v))} at {esc(fmt_dur(t - ref))}</title></circle>')
+    for t, v in m.readings:
+        out.append(f'<circle class="reading" cx="{_f(x(t))}" cy="{_f(y(v))}" r="4.5" fill="#fff" stroke="{RSS}" '
+                   f'stroke-width="2"><title>{esc(fmt_bytes(v))} stated by a log line at {esc(fmt_dur(t - ref))}'
+                   f'</title></circle>')
+    if d.at is not None:
+        xx, c = x(d.at), _colour(d.cause)
+        out.append(f'<line class="death-line" x1="{_f(xx)}" y1="{MEM_TOP}" x2="{_f(xx)}" y2="{MEM_TOP + ph}" '
+                   f'stroke="{c}" stroke-width="2"><title>{esc(f"{d.cause}/{d.detail}")}</title></line>'
+                   f'<text class="small" x="{_f(xx - 4)}" y="{MEM_TOP + ph - 6}" text-anchor="end" style="fill:{c}">'
+                   f'{esc(d.detail, 30)}</text>')
+        if not m.samples and d.cause == "nanny_memory_restart" and m.terminate_at:
+            # the nanny said memory crossed the terminate line here, without saying how far
+            yy = y(m.terminate_at)
+            out.append(f'<polygon class="crossed" points="{_f(xx)},{_f(yy - 7)} {_f(xx + 7)},{_f(yy)} '
+                       f'{_f(xx)},{_f(yy + 7)} {_f(xx - 7)},{_f(yy)}" fill="{c}"><title>the nanny reported memory '
+                       f'above the terminate line here</title></polygon>')
+    if not m.samples:
+        out.append(f'<text class="small" x="{MEM_LEFT + pw / 2}" y="{MEM_TOP + ph / 2}" text-anchor="middle">'
+                   f'no memory samples in these logs</text>')
+    out.append('</svg>')
+    return "".join(out)
+
+
+def memory_section(report: Report) -> str:
+    """Per worker, a panel for each death whose memory the logs show anything of."""
+    by_worker: dict[str, list[tuple[int, Death]]] = {}
+    for i, d in enumerate(report.deaths):
+        m = d.memory
+        if m is not None and (m.samples or m.readings or (d.failure and m.limit)):
+            by_worker.setdefault(d.worker, []).append((i, d))
+    if not by_worker:
+        return ('<p class="note">No memory samples in these logs: nothing states this run\'s memory use. kwdiag\'s '
+                'nanny records them in the run directory\'s JSONL files (<code>worker-exit</code> events).</p>')
+    sampled = any(d.memory.samples for ds in by_worker.values() for _, d in ds)
+    out = []
+    if not sampled:
+        out.append('<p class="note">No memory samples in these logs (Dask text logs state only the limit and a '
+                   'few warnings): the charts show what the lines state.</p>')
+    for w, ds in by_worker.items():
+        top = max([v for _, d in ds for v in (d.memory.limit, d.memory.peak, d.memory.terminate_at) if v] or [1.0])
+        top *= 1.08
+        out.append(f'<section class="memory-worker" data-worker="{esc(w, 200)}"><h3>{esc(w)}</h3>'
+                   '<div class="panels">')
+        for i, d in ds:
+            m = d.memory
+            bits = [f"peak {fmt_bytes(m.peak)}" if m.peak else None,
+                    f"limit {fmt_bytes(m.limit)}" if m.limit else None,
+                    f"{len(m.samples)} sample{'s' if len(m.samples) != 1 else ''}" if m.samples else "no samples",
+                    f"{len(m.readings)} reading(s) from log lines" if m.readings else None]
+            cap = (f'<a href="#death-{i}">#{d.incarnation}</a> <span class="badge" '
+                   f'style="background:{_colour(d.cause)}">{esc(d.cause)}/{esc(d.detail, 60)}</span> '
+                   + esc(", ".join(b for b in bits if b)))
+            out.append(f'<figure><figcaption>{cap}</figcaption>{memory_svg(d, top)}</figure>')
+        out.append('</div></section>')
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- text sections
+
+
+def _death_card(i: int, d: Death) -> str:
+    c = _colour(d.cause)
+    meta = []
+    if d.address:
+        meta.append(f"address {esc(d.address, 120)}")
+    if d.pid:
+        meta.append(f"pid {d.pid}")
+    if d.started is not None:
+        meta.append(f"started {esc(when(d.started))}")
+    if d.at is not None:
+        meta.append(f"ended {esc(when(d.at))}")
+    if d.noticed_by:
+        meta.append(f"noticed by the {esc(d.noticed_by)}"
+                    + (f" after {d.noticed_after:.1f}s" if d.noticed_after is not None else ""))
+    if d.running:
+        meta.append("running " + ", ".join(esc(t, 80) for t in d.running[:5]))
+    out = [f'<div class="death" id="death-{i}" style="border-left-color:{c}">'
+           f'<h3>{esc(d.worker)} #{d.incarnation}: <span class="badge" style="background:{c}">{esc(d.cause)}</span> '
+           f'{esc(d.detail)} <span class="meta">(confidence {conf(d.confidence)})</span></h3>']
+    if d.summary:
+        out.append(f"<p>{esc(d.summary)}</p>")
+    if meta:
+        out.append(f'<p class="meta">{"; ".join(meta)}</p>')
+    if d.disagreement:
+        out.append('<p class="meta">other explanations seen: ' + ", ".join(esc(x, 60) for x in d.disagreement)
+                   + "</p>")
+    if d.evidence:
+        out.append('<div class="ev">' + "\n".join(
+            f'<span class="loc">{esc(e.file, 200)}:{e.line}</span>: {esc(e.text, 600)}' for e in d.evidence)
+                   + "</div>")
+    for h in d.hints:
+        out.append(f'<div class="fix"><b>fix ({esc(h.runtime)})</b>: {esc(h.text, 1000)}</div>')
+    out.append("</div>")
+    return "".join(out)
+
+
+def render_html(report: Report, title: str = "kwdiag explain") -> str:
+    """The whole page as one string."""
+    fails = bool(report.failures or report.killed_workers)
+    parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+             f"<h1>{esc(title)}</h1>",
+             f'<p class="meta">{len(report.files)} file(s), {report.events} events, '
+             f'{esc(", ".join(report.runtimes) or "unknown")} logs, from {esc(_utc(report.first_ts))} to '
+             f'{esc(_utc(report.last_ts))}</p>',
+             f'<p class="verdict{"" if fails else " ok"}" id="verdict">{esc(report.verdict(), 2000)}</p>']
+    if report.deaths:
+        rows = []
+        for i, d in enumerate(report.deaths):
+            m = d.memory
+            mem = (f"{fmt_bytes(m.peak)} of {fmt_bytes(m.limit)}" if m and m.peak and m.limit
+                   else f"limit {fmt_bytes(m.limit)}" if m and m.limit else "")
+            rows.append(f'<tr><td><a href="#death-{i}">{esc(d.worker, 60)}</a></td><td>{d.incarnation}</td>'
+                        f'<td>{esc(when(d.at))}</td><td><span class="badge" style="background:{_colour(d.cause)}">'
+                        f'{esc(d.cause)}</span></td><td>{esc(d.detail, 60)}</td><td>{conf(d.confidence)}</td>'
+                        f'<td>{esc(mem)}</td></tr>')
+        parts.append('<table id="deaths"><tr><th>worker</th><th>#</th><th>when</th><th>cause</th><th>detail</th>'
+                     '<th>confidence</th><th>memory peak</th></tr>' + "".join(rows) + "</table>")
+    parts.append('<h2>Timeline</h2>')
+    parts.append(_legend(report))
+    parts.append(timeline_svg(report))
+    parts.append('<h2>Memory</h2>')
+    parts.append(memory_section(report))
+    if report.deaths:
+        parts.append('<h2>Deaths</h2>')
+        parts.extend(_death_card(i, d) for i, d in enumerate(report.deaths))
+    if report.killed_workers:
+        parts.append('<h2>KilledWorker</h2>')
+        fair = {True: "fair", False: "unfair", None: "cannot tell"}
+        for k in report.killed_workers:
+            parts.append(f'<div class="death" style="border-left-color:#212529"><h3>task {esc(k.task, 200)}: blame '
+                         f'looks {fair[k.fair]}</h3><ul>')
+            for d in k.deaths:
+                parts.append(f"<li>counted: {esc(d.worker)} #{d.incarnation} at {esc(when(d.at))}: "
+                             f"{esc(d.cause)}/{esc(d.detail)}</li>")
+            parts.extend(f"<li>{esc(r, 400)}</li>" for r in k.reasons)
+            parts.append("</ul>")
+            if k.evidence:
+                parts.append('<div class="ev">' + "\n".join(
+                    f'<span class="loc">{esc(e.file, 200)}:{e.line}</span>: {esc(e.text, 600)}'
+                    for e in k.evidence[:6]) + "</div>")
+            parts.extend(f'<div class="fix"><b>fix ({esc(h.runtime)})</b>: {esc(h.text, 1000)}</div>' for h in k.hints)
+            parts.append("</div>")
+    if report.task_errors:
+        parts.append(f'<h2>Task errors (a task raised; no worker died): {len(report.task_errors)}</h2><ul>')
+        for t in report.task_errors[:50]:
+            ev = t.evidence[0] if t.evidence else None
+            where = f' <span class="meta">({esc(ev.file, 200)}:{ev.line})</span>' if ev else ""
+            parts.append(f"<li><code>{esc(t.task or '?', 120)}</code>: {esc(t.exception or '?', 120)}{where}</li>")
+        parts.append("</ul>")
+    if report.problems:
+        parts.append("<h2>Input problems</h2><ul>")
+        parts.extend(f"<li>{esc(p.level)}: {esc(p.path, 200)}: {esc(p.message, 400)}</li>" for p in report.problems)
+        parts.append("</ul>")
+    parts.append('<p class="meta">Made by kwdiag explain. This page loads nothing from anywhere.</p></body></html>')
+    return "\n".join(parts) + "\n"
