@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="A directory of your own rule "
                                                                              "files, used beside the built-ins."),
         output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
+        html_path: Optional[str] = typer.Option(None, "--html", help="Also write a self-contained HTML page "
+                                                                      "with a timeline and memory charts."),
     ) -> None:
         """Explain every worker death in saved logs (kwdiag's and Dask's): cause, evidence, fix."""
         from kwdiag.errors import USAGE, KwdiagError
@@ -53,6 +55,15 @@ def register(app: typer.Typer) -> None:
         finally:
             if output:
                 out.close()
+        if html_path:
+            from kwdiag.report.html import render_html
+
+            page = render_html(report)
+            try:
+                with open(html_path, "w", encoding="utf-8") as fh:
+                    fh.write(page)
+            except OSError as exc:
+                raise KwdiagError(f"cannot write {html_path}: {exc.strerror or exc}", USAGE) from None
         if print_problems(report):
             raise typer.Exit(USAGE)
 
