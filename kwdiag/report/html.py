@@ -142,6 +142,7 @@ def timeline_svg(report: Report) -> str:
 
     deaths = {(d.worker, d.incarnation): (i, d) for i, d in enumerate(report.deaths)}
     counted = {(d.worker, d.incarnation) for k in report.killed_workers for d in k.deaths}
+    marks: list[str] = []  # drawn last, above every bar and line
     out = [f'<svg id="timeline" class="chart" width="{TL_WIDTH}" height="{height}" '
            f'viewBox="0 0 {TL_WIDTH} {height}" role="img" aria-label="worker timeline">']
     # axis: time since the first event
@@ -179,13 +180,13 @@ def timeline_svg(report: Report) -> str:
             cx, cy = x1, y + TL_ROW / 2 - 2
             i = hit[0]
             if (d.worker, d.incarnation) in counted:
-                out.append(f'<circle class="kw-counted" cx="{_f(cx)}" cy="{_f(cy)}" r="10" fill="none" '
-                           f'stroke="#212529" stroke-width="2"/>')
+                marks.append(f'<circle class="kw-counted" cx="{_f(cx)}" cy="{_f(cy)}" r="10" fill="none" '
+                             f'stroke="#212529" stroke-width="2"/>')
             pts = f"{_f(cx)},{_f(cy - 7)} {_f(cx + 7)},{_f(cy)} {_f(cx)},{_f(cy + 7)} {_f(cx - 7)},{_f(cy)}"
-            out.append(f'<a href="#death-{i}"><polygon class="death-marker" data-cause="{esc(d.cause)}" '
-                       f'points="{pts}" fill="{_colour(d.cause)}" stroke="#fff" stroke-width="1">'
-                       f'<title>{esc(f"{d.worker} #{d.incarnation}: {d.cause}/{d.detail} at {_utc(d.at)}, confidence {conf(d.confidence)}", 600)}'
-                       f'</title></polygon></a>')
+            tip = f"{d.worker} #{d.incarnation}: {d.cause}/{d.detail} at {_utc(d.at)}, confidence {conf(d.confidence)}"
+            marks.append(f'<a href="#death-{i}"><polygon class="death-marker" data-cause="{esc(d.cause)}" '
+                         f'data-worker="{esc(d.worker, 200)}" points="{pts}" fill="{_colour(d.cause)}" stroke="#fff" '
+                         f'stroke-width="1"><title>{esc(tip, 600)}</title></polygon></a>')
         out.append('</g>')
     for kw in report.killed_workers:
         if kw.at is None:
@@ -196,7 +197,7 @@ def timeline_svg(report: Report) -> str:
                    f'<text x="{_f(min(xx + 4, TL_WIDTH - 200))}" y="{TL_TOP - 14}">'
                    f'<title>{esc(f"KilledWorker: {kw.task} at {_utc(kw.at)}", 600)}</title>'
                    f'KilledWorker: {esc(kw.task, 28)}</text></g>')
-    out.append('</svg>')
+    out.append('<g class="deaths">' + "".join(marks) + '</g></svg>')
     return "".join(out)
 
 
