@@ -310,21 +310,28 @@ def memory_svg(d: Death, top: float) -> str:
     return "".join(out)
 
 
+def charted(d: Death) -> bool:
+    """Whether ``d`` gets a memory chart: the logs show its memory (samples, readings) or that it crossed
+    the nanny's terminate line. A limit alone is listed as text, not drawn as an empty chart."""
+    m = d.memory
+    return m is not None and bool(m.samples or m.readings or (d.cause == "nanny_memory_restart" and m.terminate_at))
+
+
 def memory_section(report: Report) -> str:
-    """Per worker, a panel for each death whose memory the logs show anything of."""
+    """Per worker, a panel for each charted death; failures whose logs state only a limit, as a list."""
     by_worker: dict[str, list[tuple[int, Death]]] = {}
+    limit_only = []
     for i, d in enumerate(report.deaths):
-        m = d.memory
-        if m is not None and (m.samples or m.readings or (d.failure and m.limit)):
+        if charted(d):
             by_worker.setdefault(d.worker, []).append((i, d))
-    if not by_worker:
-        return ('<p class="note">No memory samples in these logs: nothing states this run\'s memory use. kwdiag\'s '
-                'nanny records them in the run directory\'s JSONL files (<code>worker-exit</code> events).</p>')
-    sampled = any(d.memory.samples for ds in by_worker.values() for _, d in ds)
+        elif d.failure and d.memory is not None and d.memory.limit:
+            limit_only.append((i, d))
     out = []
-    if not sampled:
-        out.append('<p class="note">No memory samples in these logs (Dask text logs state only the limit and a '
-                   'few warnings): the charts show what the lines state.</p>')
+    if not any(d.memory is not None and d.memory.samples for d in report.deaths):
+        out.append('<p class="note" id="no-samples">No memory samples in these logs: kwdiag\'s nanny records them in '
+                   'the run directory\'s JSONL files (<code>worker-exit</code> events); Dask text logs state only '
+                   'the limit and a few warnings.' + (' The charts show what the lines state.' if by_worker else '')
+                   + '</p>')
     for w, ds in by_worker.items():
         top = max([v for _, d in ds for v in (d.memory.limit, d.memory.peak, d.memory.terminate_at) if v] or [1.0])
         top *= 1.08
@@ -341,6 +348,11 @@ def memory_section(report: Report) -> str:
                    + esc(", ".join(b for b in bits if b)))
             out.append(f'<figure><figcaption>{cap}</figcaption>{memory_svg(d, top)}</figure>')
         out.append('</div></section>')
+    if limit_only:
+        out.append('<p>Deaths whose logs state only the memory limit:</p><ul class="memory-known">')
+        out.extend(f'<li><a href="#death-{i}">{esc(d.worker)} #{d.incarnation}</a> {esc(d.cause)}/{esc(d.detail)}: '
+                   f'limit {esc(fmt_bytes(d.memory.limit))}, no samples or readings</li>' for i, d in limit_only)
+        out.append('</ul>')
     return "".join(out)
 
 
