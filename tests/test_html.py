@@ -294,3 +294,20 @@ def test_no_memory_samples_says_so_and_shows_what_is_known():
     assert 'id="no-samples"' in page and page.count('class="chart memory-chart"') == 1
     assert 'class="reading"' in page and 'class="crossed"' in page
     assert 'id="no-samples"' not in render_html(report_of("kwdiag-memory"))
+
+
+def test_a_worker_restarted_many_times_draws_its_last_deaths_only():
+    from kwdiag.analysis import Death, IncarnationSpan, MemoryTrace, Report
+    from kwdiag.report.html import MAX_PANELS
+
+    deaths = tuple(Death(worker="w", incarnation=n, cause="nanny_memory_restart", detail="memory_limit",
+                         confidence=0.9, at=100.0 * n + 1,
+                         memory=MemoryTrace(samples=((100.0 * n, 1.0), (100.0 * n + 1, 9.0)), limit=10.0,
+                                            terminate_fraction=0.95, peak=9.0)) for n in range(1, 13))
+    spans = tuple(IncarnationSpan("w", n, 100.0 * n, 100.0 * n + 1) for n in range(1, 13))
+    page = render_html(Report(deaths=deaths, incarnations=spans, first_ts=100.0, last_ts=1201.0))
+    tags = parse(page)
+    charts = [a for t, a in tags.tags if t == "svg" and "memory-chart" in a.get("class", "")]
+    assert [int(a["data-incarnation"]) for a in charts] == list(range(13 - MAX_PANELS, 13))
+    assert "4 earlier death(s) of this worker not drawn" in page
+    assert len([a for t, a in tags.tags if t == "polygon" and a.get("class") == "death-marker"]) == 12

@@ -95,6 +95,27 @@ def test_real_nanny_samples_reach_the_death_and_the_report():
     assert len(doc["incarnations"]) == 2 and doc["stats"]["first"].startswith("2026-11-21T11:18:04")
 
 
+def test_json_with_memory_matches_the_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "explain.schema.json").read_text())
+    for name in ("kwdiag-memory", "dask-memory", "kwdiag-segfault-killedworker"):
+        doc = json.loads(json.dumps(analyze([str(ROOT / "sample_logs" / name)], rules=RULES).to_dict()))
+        jsonschema.validate(doc, schema)
+        assert any(d["memory"] for d in doc["deaths"]) and doc["incarnations"]
+
+
+def test_junk_samples_are_dropped():
+    from kwdiag.analysis.memory import memory_trace
+    from kwdiag.events import Event
+
+    e = Event(ts=10.0, source="nanny", kind="worker-exit", worker="w",
+              fields={"memory_samples": [[1, 5], [2, float("inf")], [3, float("nan")], ["x", 1], [4, -1], [5],
+                                         [6, True], [7, 9]], "memory_limit": "1e999", "peak_rss": None})
+    m = memory_trace([e])
+    assert m.samples == ((1.0, 5.0), (7.0, 9.0)) and m.peak == 9.0 and m.limit is None
+    assert memory_trace([Event(ts=1.0, source="worker", kind="worker-start", worker="w")]) is None
+
+
 def test_dask_text_logs_have_readings_not_samples():
     report = analyze([str(ROOT / "sample_logs" / "dask-memory")], rules=RULES)
     d = next(d for d in report.deaths if d.cause == "nanny_memory_restart")

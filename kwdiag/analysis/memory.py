@@ -11,6 +11,7 @@ Does not cover: deciding anything from memory (the rules do that) or drawing it 
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from kwdiag.analysis.model import MemoryTrace
@@ -23,7 +24,7 @@ def _size(v) -> float | None:
     from kwdiag.analysis.classify import parse_size
 
     n = parse_size(v)
-    return n if n is not None and n >= 0 else None
+    return n if n is not None and math.isfinite(n) and n >= 0 else None
 
 
 def _pairs(v) -> list[tuple[float, float]]:
@@ -32,8 +33,8 @@ def _pairs(v) -> list[tuple[float, float]]:
         return out
     for item in v[-MAX_SAMPLES:]:
         if (isinstance(item, (list, tuple)) and len(item) == 2
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item)
-                and item[1] >= 0 and item[0] == item[0] and item[1] == item[1]):  # not NaN
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in item)
+                and item[1] >= 0):
             out.append((float(item[0]), float(item[1])))
     return out
 

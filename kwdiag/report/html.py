@@ -39,6 +39,7 @@ LIMIT = "#c92a2a"
 TERMINATE = "#f08c00"
 
 TL_WIDTH, TL_LEFT, TL_RIGHT, TL_TOP, TL_ROW = 1100, 170, 30, 46, 30
+MAX_PANELS = 8  # per worker: the last deaths; a worker restarted all day would otherwise make a huge page
 MEM_WIDTH, MEM_HEIGHT, MEM_LEFT, MEM_RIGHT, MEM_TOP, MEM_BOTTOM = 520, 230, 70, 16, 14, 34
 
 CSS = """
@@ -335,8 +336,12 @@ def memory_section(report: Report) -> str:
     for w, ds in by_worker.items():
         top = max([v for _, d in ds for v in (d.memory.limit, d.memory.peak, d.memory.terminate_at) if v] or [1.0])
         top *= 1.08
-        out.append(f'<section class="memory-worker" data-worker="{esc(w, 200)}"><h3>{esc(w)}</h3>'
-                   '<div class="panels">')
+        out.append(f'<section class="memory-worker" data-worker="{esc(w, 200)}"><h3>{esc(w)}</h3>')
+        if len(ds) > MAX_PANELS:
+            out.append(f'<p class="note">{len(ds) - MAX_PANELS} earlier death(s) of this worker not drawn; the '
+                       f'last {MAX_PANELS} are.</p>')
+            ds = ds[-MAX_PANELS:]
+        out.append('<div class="panels">')
         for i, d in ds:
             m = d.memory
             bits = [f"peak {fmt_bytes(m.peak)}" if m.peak else None,
