@@ -15,6 +15,7 @@ the event loop runs in one background thread shared by every client of the proce
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import io
 import logging
@@ -164,10 +165,12 @@ class Future:
         self.client = None  # type: ignore[assignment]
 
     def __del__(self) -> None:
+        # Garbage collection can run this anywhere — even inside the client's own locked sections — so it
+        # must not take a lock: it only queues the release for the client's event loop.
         client = getattr(self, "client", None)
         if client is not None:
             try:
-                client._dec_ref(self.key)
+                client._release_later(self.key)
             except Exception:
                 pass
 
@@ -217,6 +220,7 @@ class Client:
         self._loop = _LoopThread.get()
         self._states: dict[str, _KeyState] = {}
         self._lock = threading.Lock()
+        self._garbage: collections.deque[str] = collections.deque()  # keys whose futures were collected
         self._stream: Stream | None = None
         self._workers: dict[str, Stream] = {}
         self._closing = False
@@ -352,6 +356,17 @@ class Client:
             if st is None:
                 st = self._states[key] = _KeyState()
             st.refcount += 1
+
+    def _release_later(self, key: str) -> None:
+        self._garbage.append(key)  # deque.append is atomic: safe from __del__ in any thread
+        try:
+            self._loop.loop.call_soon_threadsafe(self._drain_garbage)
+        except RuntimeError:  # the loop is gone (interpreter shutdown)
+            pass
+
+    def _drain_garbage(self) -> None:
+        while self._garbage:
+            self._dec_ref(self._garbage.popleft())
 
     def _dec_ref(self, key: str) -> None:
         with self._lock:

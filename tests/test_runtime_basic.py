@@ -131,3 +131,31 @@ def test_gathering_a_released_key_is_an_error_not_a_hang(client):
     f.release()
     with pytest.raises(FutureCancelledError):
         client._wait(key, 1)
+
+
+def test_futures_collected_by_the_garbage_collector_never_deadlock_the_client(client):
+    """Futures in reference cycles are freed by the GC at arbitrary points — also inside the client's
+    own locked sections. That must never deadlock (it once did, when __del__ took the client's lock)."""
+    import gc
+    import threading
+
+    def churn():
+        old = gc.get_threshold()
+        try:
+            for threshold in (3, 5, 7, 11, 13, 17, 23, 29):
+                gc.set_threshold(threshold)  # collections at varied points, some inside the client's lock
+                for i in range(40):
+                    for _ in range(20):
+                        cycle = [client.submit(inc, i, pure=False)]
+                        cycle.append(cycle)  # only the cyclic GC can free this future
+                        del cycle
+                    client.map(inc, range(i * 50, i * 50 + 50), pure=False)  # many _inc_ref calls in a row
+        finally:
+            gc.set_threshold(*old)
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the client deadlocked while the GC released futures"
+    gc.collect()
+    assert client.submit(inc, 1).result(timeout=30) == 2
