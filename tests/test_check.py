@@ -18,7 +18,7 @@ import pytest
 
 from kwdiag.analysis import analyze, load_rules
 from kwdiag.check import evaluate
-from kwdiag.check.fingerprint import fingerprint, worker_role
+from kwdiag.analysis.fingerprint import fingerprint, worker_role
 from kwdiag.check.policy import Policy
 from kwdiag.errors import KwdiagError
 

@@ -167,7 +167,7 @@ def _many(n_err, n_warn, n_known):
     deaths += [replace(base, worker=f"v{i}", severity="warning", detail="heartbeat_timeout") for i in range(n_warn)]
     deaths += [replace(base, worker=f"k{i}", cause="unknown", detail="no_evidence") for i in range(n_known)]
     r = Report(deaths=tuple(deaths))
-    from kwdiag.check.fingerprint import fingerprint
+    from kwdiag.analysis.fingerprint import fingerprint
 
     return evaluate(r, Policy.parse(), {fingerprint(deaths[-1])} if n_known else set())
 

@@ -12,7 +12,6 @@ nor rendering (``kwdiag.report``).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,9 +146,10 @@ class Death:
 
     @property
     def fingerprint(self) -> str:
-        """Stable across runs: worker, cause, detail and the rules that decided it."""
-        key = "\x1f".join([self.worker, self.cause, self.detail, *sorted(set(self.rules))])
-        return hashlib.sha256(key.encode()).hexdigest()[:16]
+        """Stable across reruns and timestamps (``kwdiag.analysis.fingerprint``); ``kwdiag check`` uses the same."""
+        from kwdiag.analysis.fingerprint import signature_id
+
+        return signature_id(self.worker, self.cause, self.detail)
 
     def to_dict(self) -> dict[str, Any]:
         return {

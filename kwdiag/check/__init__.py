@@ -3,7 +3,7 @@
 Covers: ``evaluate(report, policy, baseline) -> Outcome`` — each death judged by the policy
 (``kwdiag.check.policy``) and the baseline (``kwdiag.check.baseline``) into a ``Finding`` with a
 status (``fail``, ``baselined``, ``allowed``, ``passed``) and a fingerprint
-(``kwdiag.check.fingerprint``) — and the exit code that follows. The formats live beside it:
+(``kwdiag.analysis.fingerprint``) — and the exit code that follows. The formats live beside it:
 ``text`` and ``markdown`` (``kwdiag.check.textout``), ``json`` (``jsonout``), ``junit``, ``sarif``,
 ``github``.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kwdiag.check.fingerprint import fingerprint
+from kwdiag.analysis.fingerprint import fingerprint
 from kwdiag.check.policy import ALLOWED, BASELINED, FAIL, PASSED, Policy
 from kwdiag.errors import FINDINGS, OK, USAGE
 

@@ -1,7 +1,7 @@
 """Baselines: the death signatures a project already knows about, so CI fails only on new ones.
 
 Covers: reading (``load``) and writing (``write``) a baseline file — JSON, schema
-``kwdiag.check.baseline/1``, one entry per fingerprint (``kwdiag.check.fingerprint``) with what it
+``kwdiag.check.baseline/1``, one entry per fingerprint (``kwdiag.analysis.fingerprint``) with what it
 stands for (role, cause, detail, a sample summary) so a reviewer can read the diff — and nothing
 else: matching is a set lookup in ``kwdiag.check.evaluate``. A baseline counts signatures, not
 occurrences: a known signature seen more often than before is still known.
@@ -16,7 +16,7 @@ import json
 import os
 from typing import Iterable
 
-from kwdiag.check.fingerprint import VERSION, worker_role
+from kwdiag.analysis.fingerprint import VERSION, worker_role
 from kwdiag.errors import USAGE, KwdiagError
 
 SCHEMA = "kwdiag.check.baseline/1"

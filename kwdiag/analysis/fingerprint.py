@@ -1,4 +1,7 @@
-"""Fingerprints for ``kwdiag check``: one short id per *death signature*, the same on every rerun.
+"""Death fingerprints: one short id per *death signature*, the same on every rerun.
+
+``Death.fingerprint`` (``kwdiag explain``) and ``kwdiag check``'s findings and baselines all use this one
+recipe, so an id seen in a report is the id a baseline holds.
 
 Covers: ``fingerprint(death)`` and the worker-name normalisation behind it. A signature is the
 verdict (cause and detail) plus the worker's *role*: its name with everything a rerun changes taken
@@ -9,8 +12,7 @@ Timestamps, pids, ports, incarnation numbers, file paths and the set of rules th
 evidence are deliberately left out; the last varies between reruns of the same failure (a
 faulthandler dump is flushed or not), so it would make baselines flaky.
 
-Does not cover: ``Death.fingerprint`` in ``kwdiag.analysis.model`` (explain's per-worker id, which
-does include the exact worker name and the deciding rules); baselines (``kwdiag.check.baseline``).
+Does not cover: baselines (``kwdiag.check.baseline``).
 """
 
 from __future__ import annotations
@@ -43,5 +45,9 @@ def worker_role(name: str) -> str:
 
 def fingerprint(death) -> str:
     """16 hex digits naming ``death``'s signature: worker role, cause, detail (see the module doc)."""
-    key = "\x1f".join(("kwdiag-check", VERSION, worker_role(death.worker), death.cause, death.detail))
+    return signature_id(death.worker, death.cause, death.detail)
+
+
+def signature_id(worker: str, cause: str, detail: str) -> str:
+    key = "\x1f".join(("kwdiag-check", VERSION, worker_role(worker), cause, detail))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
