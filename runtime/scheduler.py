@@ -68,7 +68,7 @@ class TaskState:
 
 class WorkerState:
     __slots__ = ("address", "name", "nthreads", "memory_limit", "nanny", "pid", "incarnation", "stream",
-                 "processing", "executing", "has_what", "last_seen", "status", "versions", "registered_at")
+                 "processing", "executing", "has_what", "last_seen", "status", "versions", "registered_at", "memory")
 
     def __init__(self, address: str, name: str, nthreads: int, stream: Stream):
         self.address = address
@@ -86,6 +86,7 @@ class WorkerState:
         self.status = "running"  # running | retiring | closed
         self.versions: dict = {}
         self.registered_at = time.time()
+        self.memory: int | None = None  # resident bytes, from the last heartbeat
 
     def __repr__(self) -> str:
         return f"<Worker {self.address!r} name={self.name!r}>"
@@ -114,6 +115,7 @@ class Scheduler:
         self._ttl_task: asyncio.Task | None = None
         self._closed = asyncio.Event()
         self.closing_cluster = False
+        self.counters = {"submitted": 0, "finished": 0, "erred": 0}  # cumulative, for progress displays
         self.handlers = {
             "register-worker": self.handle_register_worker,
             "register-client": self.handle_register_client,
@@ -253,7 +255,11 @@ class Scheduler:
         return ws
 
     def handle_heartbeat(self, stream: Stream, msg: dict) -> dict:
-        return {"status": "ok" if self._worker_of(stream) is not None else "missing"}
+        ws = self._worker_of(stream)
+        if ws is None:
+            return {"status": "missing"}
+        ws.memory = msg.get("memory")
+        return {"status": "ok"}
 
     # ---------------------------------------------------------------- graph intake
     def handle_update_graph(self, stream: Stream, msg: dict) -> None:
@@ -264,6 +270,7 @@ class Scheduler:
             ts = self.tasks.get(key)
             if ts is None:
                 ts = TaskState(key, spec["spec"], next(self._priority))
+                self.counters["submitted"] += 1
                 ts.restrictions = set(spec["workers"]) if spec.get("workers") else None
                 ts.loose = bool(spec.get("loose"))
                 self.tasks[key] = ts
@@ -400,6 +407,7 @@ class Scheduler:
                 ws.stream.send({"op": "free-keys", "keys": [msg["key"]]})
             return
         self._done_processing(ts)
+        self.counters["finished"] += 1
         ts.state = MEMORY
         ts.nbytes = int(msg.get("nbytes") or 0)
         ts.who_has.add(ws)
@@ -443,6 +451,7 @@ class Scheduler:
                 self._done_processing(t)
             t.state = ERRED
             t.error = error
+            self.counters["erred"] += 1
             t.waiting_on = set()
             for client in t.wanted_by:
                 stream = self.clients.get(client)
@@ -764,7 +773,9 @@ class Scheduler:
             "allowed_failures": self.allowed_failures,
             "worker_ttl": self.worker_ttl,
             "tasks": counts,
+            "counters": dict(self.counters),
             "workers": {ws.address: {"name": ws.name, "nthreads": ws.nthreads, "memory_limit": ws.memory_limit,
+                                     "memory": ws.memory,
                                      "nanny": ws.nanny, "pid": ws.pid, "incarnation": ws.incarnation,
                                      "processing": len(ws.processing), "executing": sorted(t.key for t in ws.executing),
                                      "keys": len(ws.has_what), "last_seen": round(now - ws.last_seen, 3),

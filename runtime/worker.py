@@ -204,7 +204,7 @@ class Worker:
                 continue
             try:
                 reply = await stream.request("heartbeat", timeout=max(5.0, self.config["worker_ttl"]),
-                                             executing=len(self.executing))
+                                             executing=len(self.executing), memory=_resident_bytes())
             except (CommClosedError, asyncio.TimeoutError, RemoteError):
                 continue
             if reply.get("status") == "missing" and not self.closing:
@@ -419,6 +419,18 @@ class Worker:
             os._exit(code)
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident memory, cheaply (Linux /proc; elsewhere unknown — the nanny measures anyway)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _sizeof(obj: Any) -> int:
     try:
         return sys.getsizeof(obj)
@@ -467,10 +479,11 @@ async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config
             logger.info("Import preload module: %s", module)
             importlib.import_module(module)
     except Exception as exc:
+        extra = {"module": exc.name} if isinstance(exc, ModuleNotFoundError) and exc.name else {}
         worker.rec.event("worker-fatal", f"Failed to start worker: {type(exc).__name__}: {exc}\n"
                          + "".join(traceback.format_exception(exc)).rstrip(), level="critical",
                          exception=type(exc).__name__, error=str(exc),
-                         traceback="".join(traceback.format_exception(exc)))
+                         traceback="".join(traceback.format_exception(exc)), **extra)
         worker._exit(1)
     loop = asyncio.get_running_loop()
     if status_fd is None:  # no nanny: signals are ours to handle, and mean "leave gracefully"

@@ -1,0 +1,86 @@
+"""The run directory: where a run keeps everything, and the manifest that sums it up.
+
+Covers: naming and creating ``<runs_dir>/<timestamp>-<job>/`` (refusing, with one clear error, a
+folder that cannot be written), writing ``manifest.json`` atomically (command, options, versions,
+then the outcome), and listing past runs for ``kwdiag runs``. Does not cover: what the cluster or
+the job write into it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+from kwdiag.errors import USAGE, KwdiagError
+
+MANIFEST = "manifest.json"
+SCHEMA = "kwdiag.run/1"
+
+
+def create(runs_dir: str, job_name: str, explicit: str | None = None) -> str:
+    if explicit:
+        path = os.path.abspath(explicit)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-.") or "job"
+        path = os.path.abspath(os.path.join(runs_dir, f"{stamp}-{slug}"))
+        n = 1
+        while os.path.exists(path):
+            n += 1
+            path = os.path.abspath(os.path.join(runs_dir, f"{stamp}-{slug}-{n}"))
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".write-test")
+        with open(probe, "w") as f:
+            f.write("x")
+        os.unlink(probe)
+    except OSError as exc:
+        raise KwdiagError(f"cannot write the run directory {path}: {exc.strerror or exc}; worker deaths could not "
+                          "be recorded (choose another with --log-dir)", USAGE) from None
+    return path
+
+
+def write_manifest(run_dir: str, manifest: dict[str, Any]) -> None:
+    tmp = os.path.join(run_dir, f".{MANIFEST}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"schema": SCHEMA, **manifest}, f, indent=2, default=str)
+        f.write("\n")
+    os.replace(tmp, os.path.join(run_dir, MANIFEST))
+
+
+def read_manifest(run_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(run_dir, MANIFEST), encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for name in ("kwdiag", "tornado", "msgpack", "cloudpickle", "psutil", "rich", "typer", "regex"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def list_runs(runs_dir: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(path, manifest)`` of each run under ``runs_dir``, oldest first."""
+    if not os.path.isdir(runs_dir):
+        return []
+    runs = []
+    for name in sorted(os.listdir(runs_dir)):
+        path = os.path.join(runs_dir, name)
+        manifest = read_manifest(path) if os.path.isdir(path) else None
+        if manifest is not None:
+            runs.append((path, manifest))
+    return runs

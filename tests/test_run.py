@@ -1,0 +1,259 @@
+"""`kwdiag run`, `kwdiag runs` and `kwdiag demo` as a user runs them: real jobs, real clusters, real deaths.
+
+The output is checked in a pipe (plain lines, no control codes) and in a pseudo-terminal (the live view).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import wait_until
+from kwdiag.run.options import resolve
+
+KWDIAG = [sys.executable, "-m", "kwdiag"]
+ANSI = re.compile(rb"\x1b[\[\]]")
+COLOUR = re.compile(rb"\x1b\[[0-9;]*(3[0-7]|38;[0-9;]+|9[0-7])m")
+
+JOB = textwrap.dedent('''
+    """A job that computes, prints, and kills one worker with SIGKILL from inside a task."""
+    import os, signal, sys
+    from kwdiag.runtime import Client
+
+    def square(x):
+        return x * x
+
+    def kill_my_worker():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    client = Client()
+    print("args:", sys.argv[1:], flush=True)
+    print("sum:", client.submit(sum, client.map(square, range(100))).result(), flush=True)
+    try:
+        client.submit(kill_my_worker, key="killer").result()
+    except Exception as exc:
+        print("killer failed:", type(exc).__name__, flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    sys.exit(int(os.environ.get("JOB_EXIT", "0")))
+''')
+
+SLOW_JOB = textwrap.dedent('''
+    import time
+    from kwdiag.runtime import Client
+
+    client = Client()
+    print("started", flush=True)
+    client.submit(time.sleep, 600).result()
+''')
+
+
+@pytest.fixture
+def job(tmp_path):
+    path = tmp_path / "job.py"
+    path.write_text(JOB)
+    return path
+
+
+def run_kwdiag(args, cwd, env=None, timeout=180):
+    return subprocess.run([*KWDIAG, *args], cwd=cwd, capture_output=True, timeout=timeout,
+                          env={**os.environ, "KWDIAG_ALLOWED_FAILURES": "0", **(env or {})})
+
+
+def only_run_dir(tmp_path):
+    runs = [p for p in (tmp_path / "kwdiag-runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_run_in_a_pipe_passes_the_job_through_and_ends_with_the_diagnosis(tmp_path, job):
+    result = run_kwdiag(["run", "--workers", "2", "--memory-limit", "1GiB", str(job), "--a", "b"], tmp_path,
+                        env={"JOB_EXIT": "3"})
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 3                                   # the job's own exit code
+    assert "args: ['--a', 'b']" in out and "sum: 328350" in out      # arguments and stdout pass through
+    assert "killer failed: KilledWorker" in out
+    assert "to stderr" in err
+    assert not ANSI.search(result.stderr), "control codes in a pipe"
+    assert re.search(r"\d\d:\d\d:\d\d kwdiag: worker worker-\d #1 died: sudden_exit/sigkill", err)  # said at once
+    assert "Verdict:" in err and "Run: job exit code 3" in err
+    run_dir = only_run_dir(tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] == 3 and manifest["job_exit_code"] == 3 and manifest["status"] == "finished"
+    assert manifest["deaths_by_cause"]["sudden_exit/sigkill"] == 1
+    assert manifest["tasks"]["finished"] >= 101 and manifest["tasks"]["erred"] == 1
+    assert manifest["versions"]["kwdiag"] and manifest["args"] == ["--a", "b"]
+    assert (run_dir / "job.stdout").read_text() == out
+    assert "to stderr" in (run_dir / "job.stderr").read_text()
+    assert not (run_dir / "scheduler.json").exists()                 # the shared secret does not stay behind
+    for name in ("scheduler.jsonl", "nanny-worker-0.jsonl", "worker-worker-0.jsonl", "scheduler.log", "worker-0.log"):
+        assert (run_dir / name).exists(), name
+    # `kwdiag explain <run dir>` reproduces the same diagnosis.
+    explained = run_kwdiag(["explain", str(run_dir), "--format", "json"], tmp_path)
+    deaths = json.loads(explained.stdout)["deaths"]
+    from collections import Counter
+    assert Counter(f"{d['cause']}/{d['detail']}" for d in deaths) == Counter(manifest["deaths_by_cause"])
+    listing = run_kwdiag(["runs"], tmp_path)
+    assert listing.returncode == 0 and "job" in listing.stdout.decode() and "exit 3" in listing.stdout.decode()
+    assert "sudden_exit/sigkill" in listing.stdout.decode()
+
+
+def test_fail_on_turns_matching_deaths_into_a_failing_exit(tmp_path, job):
+    result = run_kwdiag(["run", "--memory-limit", "1GiB", "--fail-on", "sudden_exit", "--log-dir",
+                         str(tmp_path / "here"), str(job)], tmp_path)
+    assert result.returncode == 1, result.stderr.decode()[-2000:]
+    assert b"--fail-on matched 1 death(s)" in result.stderr
+    assert json.loads((tmp_path / "here" / "manifest.json").read_text())["job_exit_code"] == 0
+    shutdown_only = run_kwdiag(["run", "--memory-limit", "1GiB", "--fail-on", "version_mismatch", "--log-dir",
+                                str(tmp_path / "there"), str(job)], tmp_path)
+    assert shutdown_only.returncode == 0
+
+
+def test_timeout_stops_a_hung_job_and_leaves_a_complete_run_directory(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_JOB)
+    started = time.monotonic()
+    result = run_kwdiag(["run", "--timeout", "3s", "--memory-limit", "1GiB", "slow.py"], tmp_path)
+    assert result.returncode == 124
+    assert time.monotonic() - started < 60
+    assert b"ran past --timeout" in result.stderr and b"Verdict:" in result.stderr
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["status"] == "timed-out" and manifest["exit_code"] == 124 and manifest["verdict"]
+
+
+def test_ctrl_c_stops_job_and_cluster_and_still_diagnoses(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_JOB)
+    proc = subprocess.Popen([*KWDIAG, "run", "--memory-limit", "1GiB", "slow.py"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    wait_until(lambda: list((tmp_path / "kwdiag-runs").glob("*/job.stdout")), what="job started")
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert b"interrupted" in err and b"Verdict:" in err
+    run_dir = only_run_dir(tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["exit_code"] == 130
+    scheduler = [json.loads(line) for line in (run_dir / "scheduler.jsonl").read_text().splitlines()]
+    assert scheduler[-1]["kind"] == "scheduler-close"                 # the cluster was closed, not abandoned
+    leftovers = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+    assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def test_a_job_killed_from_outside_leaves_a_complete_run_directory(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_JOB)
+    proc = subprocess.Popen([*KWDIAG, "run", "--memory-limit", "1GiB", "slow.py"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_until(lambda: list((tmp_path / "kwdiag-runs").glob("*/job.stdout")), what="job started")
+    run_dir = only_run_dir(tmp_path)
+    job_pid = wait_until(lambda: subprocess.run(["pgrep", "-f", f"{sys.executable} slow.py"], capture_output=True,
+                                                text=True).stdout.split(), what="job pid")[0]
+    os.kill(int(job_pid), signal.SIGKILL)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 128 + 9
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["job_exit_code"] == -9 and manifest["status"] == "finished" and manifest["verdict"]
+
+
+def test_live_view_in_a_terminal(tmp_path, job):
+    """The live view is drawn in a real pseudo-terminal, the death line shows, and the diagnosis follows."""
+    for no_color in (False, True):
+        env = {**os.environ, "KWDIAG_ALLOWED_FAILURES": "0", "TERM": "xterm-256color", "COLUMNS": "120"}
+        env.pop("NO_COLOR", None)
+        if no_color:
+            env["NO_COLOR"] = "1"
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: kwdiag run with a terminal for stdout and stderr
+            os.chdir(tmp_path)
+            os.execvpe(sys.executable, [*KWDIAG, "run", "--memory-limit", "1GiB", "--log-dir",
+                                        str(tmp_path / f"tty-{no_color}"), str(job)], env)
+        output = b""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                output += chunk
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, output[-3000:]
+        text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", output).decode("utf-8", "replace")
+        (tmp_path / f"tty-{no_color}.out").write_bytes(output)
+        assert "restarts" in text and "memory" in text                   # the worker table was drawn
+        assert re.search(r"done \d+", text)                               # task progress
+        assert "sum: 328350" in text                                       # the job's output got through
+        assert re.search(r"worker worker-\d #1 died: sudden_exit/sigkill", text)
+        assert "Verdict:" in text
+        assert ANSI.search(output), "a terminal should get the live view's control codes"
+        if no_color:
+            assert not COLOUR.search(output), "NO_COLOR must remove colours"
+        else:
+            assert COLOUR.search(output)
+
+
+def test_run_on_an_existing_cluster(tmp_path, job):
+    from kwdiag.runtime import LocalCluster
+
+    with LocalCluster(n_workers=2, memory_limit="1GiB", log_dir=str(tmp_path / "cluster"),
+                      scheduler_kwargs={"allowed_failures": 0}) as cluster:
+        result = run_kwdiag(["run", "--scheduler-file", cluster.scheduler_file, "--log-dir", str(tmp_path / "run"),
+                             str(job)], tmp_path)
+        assert result.returncode == 0, result.stderr.decode()[-2000:]
+        assert b"sum: 328350" in result.stdout and b"killer failed: KilledWorker" in result.stdout
+        assert len(cluster.scheduler_info()["workers"]) == 2           # the cluster is not ours to close
+    assert (tmp_path / "run" / "manifest.json").exists() and (tmp_path / "run" / "job.stdout").exists()
+
+
+def test_options_come_from_flags_then_environment_then_config_file(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.kwdiag]\nworkers = 5\nthreads = 2\nnanny = false\n'
+                                             'timeout = "1m"\nfail-on = ["sudden_exit"]\n')
+    monkeypatch.chdir(tmp_path)
+    options = resolve({}, environ={})
+    assert (options.workers, options.threads, options.nanny, options.timeout, options.fail_on) == \
+        (5, 2, False, 60.0, ["sudden_exit"])
+    assert resolve({}, environ={"KWDIAG_WORKERS": "3"}).workers == 3
+    assert resolve({"workers": 1}, environ={"KWDIAG_WORKERS": "3"}).workers == 1
+    from kwdiag.errors import KwdiagError
+
+    with pytest.raises(KwdiagError, match="bad value for workers in KWDIAG_WORKERS"):
+        resolve({}, environ={"KWDIAG_WORKERS": "many"})
+
+
+def test_usage_errors(tmp_path):
+    for args, message in ((["run", "missing.py"], b"no such job script"),
+                          (["run", "--workers", "0", "x.py"], b"bad value for workers"),
+                          (["run", "--log-dir", "/proc/kwdiag-cannot-write", "x.py"], b"cannot write the run directory"),
+                          (["run", "--fail-on", "bogus", "x.py"], b"unknown cause")):
+        (tmp_path / "x.py").write_text("print('hi')\n")
+        result = run_kwdiag(args, tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_demo_diagnoses_every_death_correctly(tmp_path):
+    started = time.monotonic()
+    result = run_kwdiag(["demo"], tmp_path, env={"KWDIAG_ALLOWED_FAILURES": ""})
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert time.monotonic() - started < 60
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    deaths = manifest["deaths_by_cause"]
+    assert deaths.pop("nanny_memory_restart/memory_limit") == 2
+    assert deaths.pop("sudden_exit/segfault") == 2
+    assert deaths.pop("chose_to_exit/retired") == 1
+    assert deaths.pop("unrecoverable_exception/missing_module") == 1
+    assert deaths.pop("version_mismatch/package_versions") == 1
+    assert set(deaths) == {"chose_to_exit/shutdown"}
+    err = result.stderr.decode()
+    assert err.count("blame looks fair") == 2                     # memory-hog and segfault: KilledWorker, fairly
+    assert "kwdiag_demo_plugin_not_installed" in err              # the fix names the missing module
