@@ -7,10 +7,9 @@ steps without ``if: always()`` once one failed; GitLab's script runs in one shel
 first failing line, as the runners do. The files the upload steps name must exist and load (JUnit
 parses, SARIF validates against the official schema).
 
-``kwdiag run`` step: until ``kwdiag run`` is in the tree, ``_stand_in_run`` produces the run
-directory from a real kwdiag-runtime run (``sample_logs/kwdiag-segfault-killedworker``: two workers
-segfaulted, the job got ``KilledWorker``) and exits 1 like a job that raised. Wire the real command
-there (and give it a ``ci/job.py``) when it lands.
+The workload (``ci/job.py``, written by the fixture) is a real kwdiag job: a task that segfaults
+every worker it lands on, so with ``allowed_failures=1`` two workers die and the job itself fails
+with ``KilledWorker`` — ``kwdiag run`` really runs it on an embedded cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -30,7 +28,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "ci.md"
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
-RUN_SAMPLE = ROOT / "sample_logs" / "kwdiag-segfault-killedworker"
 
 
 def yaml_block(heading: str) -> list[str]:
@@ -90,15 +87,20 @@ def gitlab_job() -> tuple[list[str], dict]:
     return script, files
 
 
-STAND_IN = f"""#!{sys.executable}
-import os, shutil, sys
-args = sys.argv[1:]
-if args[:1] == ["run"]:
-    log_dir = args[args.index("--log-dir") + 1]
-    shutil.copytree({str(RUN_SAMPLE)!r}, log_dir, ignore=shutil.ignore_patterns("expected.json"))
-    print("stand-in for kwdiag run: copied a real run directory to", log_dir, file=sys.stderr)
-    sys.exit(1)  # the job raised KilledWorker
-os.execv(sys.executable, [sys.executable, "-m", "kwdiag", *args])
+SHIM = f"""#!/bin/sh
+exec {sys.executable} -m kwdiag "$@"
+"""
+
+JOB = """
+import ctypes
+from kwdiag.runtime import Client
+
+
+def crash():
+    ctypes.string_at(0)  # a real segmentation fault
+
+
+Client().submit(crash, key="segfault").result()  # raises KilledWorker: the job fails
 """
 
 
@@ -109,10 +111,12 @@ def workspace(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "kwdiag"
-    exe.write_text(STAND_IN)  # _stand_in_run: see the module doc
+    exe.write_text(SHIM)  # this checkout's kwdiag, with this interpreter
+    (ws / "ci" / "job.py").write_text(JOB)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GITHUB_WORKSPACE": str(ws),
-           "GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md"), "NO_COLOR": "1"}
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md"), "NO_COLOR": "1",
+           "KWDIAG_ALLOWED_FAILURES": "1", "KWDIAG_MEMORY_LIMIT": "1GiB"}
     env.pop("KWDIAG_JOBS", None)
     return ws, env
 
