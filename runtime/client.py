@@ -221,6 +221,8 @@ class Client:
         self._states: dict[str, _KeyState] = {}
         self._lock = threading.Lock()
         self._garbage: collections.deque[str] = collections.deque()  # keys whose futures were collected
+        # The task spec of every live future, so that work lost with a scheduler can be submitted again.
+        self._specs: dict[str, dict] = {}
         self._stream: Stream | None = None
         self._workers: dict[str, Stream] = {}
         self._closing = False
@@ -258,10 +260,14 @@ class Client:
         self.status = "reconnecting"
         self.rec.event("scheduler-lost", f"Client report stream closed to scheduler {self.scheduler_address}; "
                        "reconnecting", level="warning", address=self.scheduler_address)
-        # The scheduler keeps no records across a restart and workers drop their data: every future is void.
+        # The scheduler keeps no records across a restart and workers drop their data. Futures whose task we
+        # can submit again wait for the scheduler to come back; the rest (scattered data) are lost.
         with self._lock:
             for key, st in self._states.items():
-                if st.status in (PENDING, FINISHED):
+                if key in self._specs and st.status in (PENDING, FINISHED):
+                    st.who_has = []
+                    self._set(st, PENDING)
+                elif st.status in (PENDING, FINISHED):
                     self._set(st, CANCELLED, reason="scheduler-connection-lost")
         background(self._reconnect())
 
@@ -277,21 +283,35 @@ class Client:
                 delay = min(1.0, delay * 2)
                 continue
             self.status = "running"
+            resubmitted = self._resubmit()
             self.rec.event("reconnected", f"Reconnected to scheduler at {self.scheduler_address} after "
-                           f"{time.monotonic() - started:.2f}s", address=self.scheduler_address,
-                           after=round(time.monotonic() - started, 3))
+                           f"{time.monotonic() - started:.2f}s; submitted {resubmitted} task(s) again",
+                           address=self.scheduler_address, after=round(time.monotonic() - started, 3),
+                           resubmitted=resubmitted)
             return
         if not self._closing:
+            with self._lock:
+                for st in self._states.values():
+                    if st.status == PENDING:
+                        self._set(st, CANCELLED, reason="scheduler-connection-lost")
             self.status = "closed"
             self.rec.event("scheduler-lost", f"Failed to reconnect to scheduler after "
                            f"{time.monotonic() - started:.2f} seconds, closing client", level="error",
                            address=self.scheduler_address)
 
+    def _resubmit(self) -> int:
+        """Submit every live future's task again (one message; the scheduler orders them by dependency)."""
+        with self._lock:
+            tasks = [self._specs[k] for k, st in self._states.items() if k in self._specs and st.status == PENDING]
+        if tasks and self._stream is not None:
+            self._stream.send({"op": "update-graph", "tasks": tasks})
+        return len(tasks)
+
     def _send(self, message: dict) -> None:
         def send() -> None:
-            if self._stream is None:
-                raise CommClosedError("not connected to the scheduler")
-            self._stream.send(message)
+            # While the scheduler is away, submissions wait in self._specs and are sent on reconnect.
+            if self._stream is not None:
+                self._stream.send(message)
         self._loop.call(send)
 
     def _request(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
@@ -377,6 +397,7 @@ class Client:
             if st.refcount > 0:
                 return
             del self._states[key]
+            self._specs.pop(key, None)
         if not self._closing and self.status == "running":
             self._send({"op": "release-keys", "keys": [key]})
 
@@ -393,8 +414,9 @@ class Client:
         if key is None:
             key = f"{_funcname(func)}-{hashlib.sha1(spec).hexdigest() if pure else uuid.uuid4().hex}"
         future = Future(key, self)
-        self._send({"op": "update-graph", "tasks": [{"key": key, "spec": spec, "deps": deps,
-                                                     "workers": _as_list(workers), "loose": allow_other_workers}]})
+        task = {"key": key, "spec": spec, "deps": deps, "workers": _as_list(workers), "loose": allow_other_workers}
+        self._specs[key] = task
+        self._send({"op": "update-graph", "tasks": [task]})
         return future
 
     def map(self, func: Any, *iterables: Iterable, key: str | list[str] | None = None, workers: Any = None,
@@ -413,7 +435,9 @@ class Client:
             k = key[i] if isinstance(key, (list, tuple)) else \
                 f"{prefix}-{hashlib.sha1(spec).hexdigest() if pure else uuid.uuid4().hex}"
             futures.append(Future(k, self))
-            tasks.append({"key": k, "spec": spec, "deps": deps, "workers": restrictions, "loose": allow_other_workers})
+            task = {"key": k, "spec": spec, "deps": deps, "workers": restrictions, "loose": allow_other_workers}
+            self._specs[k] = task
+            tasks.append(task)
         if tasks:
             self._send({"op": "update-graph", "tasks": tasks})
         return futures

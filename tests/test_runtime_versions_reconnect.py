@@ -72,13 +72,18 @@ def test_workers_and_clients_reconnect_when_the_scheduler_comes_back(log_dir):
             Client(cluster) as client:
         before = client.submit(inc, 1)
         assert before.result(timeout=30) == 2
+        chained = client.submit(inc, before)
+        assert chained.result(timeout=30) == 3
+        scattered = client.scatter({"scattered-before": 5})["scattered-before"]
         old = cluster.processes["scheduler"]
         old.send_signal(signal.SIGKILL)
         old.wait(10)
         wait_until(lambda: len(read_events(log_dir, "scheduler-lost", source="worker")) == 2, what="workers notice")
         wait_for_event(log_dir, "scheduler-lost", source="client")
+        # Scattered data is not in any lineage: it is gone with the workers' memory, and says so.
         with pytest.raises(FutureCancelledError, match="scheduler-connection-lost"):
-            before.result(timeout=30)
+            scattered.result(timeout=30)
+        assert not before.done()      # waits for the scheduler to come back, to be submitted again
         new = spawn_entry(["scheduler", "--port", str(port), "--scheduler-file", cluster.scheduler_file,
                            "--log-dir", log_dir], os.path.join(log_dir, "scheduler-2.log"),
                           env={"KWDIAG_SECRET": cluster.secret.hex()})
@@ -86,7 +91,10 @@ def test_workers_and_clients_reconnect_when_the_scheduler_comes_back(log_dir):
         reconnects = wait_until(lambda: len(read_events(log_dir, "reconnected", source="worker")) == 2
                                 and read_events(log_dir, "reconnected", source="worker"), what="workers reconnect")
         assert all(e.fields["after"] > 0 for e in reconnects)
-        wait_for_event(log_dir, "reconnected", source="client")
+        reconnected = wait_for_event(log_dir, "reconnected", source="client")[0]
+        assert reconnected.fields["resubmitted"] == 2
+        # What could be resubmitted was: the results come back, recomputed by the new scheduler's workers.
+        assert before.result(timeout=30) == 2 and chained.result(timeout=30) == 3
         wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="workers registered again")
         assert client.submit(inc, 41).result(timeout=30) == 42
         assert sum(client.gather(client.map(inc, range(20)))) == sum(range(1, 21))
