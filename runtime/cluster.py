@@ -72,7 +72,7 @@ class LocalCluster:
         self.memory_limit = config_mod.parse_bytes(memory_limit)
         self.log_dir = os.path.abspath(log_dir or os.environ.get("KWDIAG_LOG_DIR") or
                                        tempfile.mkdtemp(prefix="kwdiag-cluster-"))
-        _check_writable(self.log_dir)
+        check_log_dir(self.log_dir)
         self.secret = secrets.token_bytes(32)
         self.scheduler_file = os.path.join(self.log_dir, "scheduler.json")
         self.processes: dict[str, subprocess.Popen] = {}
@@ -233,13 +233,23 @@ class LocalCluster:
         return f"LocalCluster({self.scheduler_address!r}, workers={len(self.processes) - 1}, log_dir={self.log_dir!r})"
 
 
-def _check_writable(path: str) -> None:
+MIN_FREE_BYTES = 16 * 2**20  # below this at start, events would soon be lost to a full disk
+
+
+def check_log_dir(path: str) -> None:
+    """Fail at start, clearly, where events could not be recorded: unwritable, or a disk (nearly) full."""
+    import shutil
+
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".kwdiag-write-test-{os.getpid()}")
         with open(probe, "w") as f:
             f.write("x")
         os.unlink(probe)
+        free = shutil.disk_usage(path).free
     except OSError as exc:
         raise OSError(f"log directory {path} is not writable ({exc.strerror or exc}); worker deaths could not be "
                       "recorded. Pass log_dir= or set KWDIAG_LOG_DIR to a writable folder.") from None
+    if free < MIN_FREE_BYTES:
+        raise OSError(f"log directory {path} has only {free // 1024} KiB free (kwdiag needs at least "
+                      f"{MIN_FREE_BYTES // 2**20} MiB to record events); free some space or choose another folder.")

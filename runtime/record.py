@@ -43,6 +43,7 @@ class Recorder:
         self.source = source
         self.worker = worker
         self.writer: EventWriter | None = None
+        self.lost = 0  # events that could not be written (disk full)
         if log_dir:
             self.writer = EventWriter(os.path.join(log_dir, f"{file_stem}.jsonl"), source=source, worker=worker)
 
@@ -51,7 +52,13 @@ class Recorder:
         """Log ``message`` (at DEBUG when ``quiet``) and record the event at ``level``."""
         self.logger.log(logging.DEBUG if quiet else _LEVELS[level], "%s", message, exc_info=exc_info)
         if self.writer is not None:
-            self.writer.emit(kind, level=level, message=message, worker=worker, **fields)
+            try:
+                self.writer.emit(kind, level=level, message=message, worker=worker, **fields)
+            except OSError as exc:  # a full disk mid-run: say so loudly on stderr, keep the process alive
+                self.lost += 1
+                if self.lost == 1 or self.lost % 1000 == 0:
+                    self.logger.error("Could not record event %r in %s: %s (%d event(s) lost so far)", kind,
+                                      self.writer.path, exc.strerror or exc, self.lost)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -76,17 +76,22 @@ def authenticated_raw(address, secret, payload: bytes):
     return asyncio.run(go())
 
 
+def targets(cluster, client):
+    """The scheduler, a worker and a nanny: every kind of server kwdiag runs."""
+    worker, info = next(iter(client.scheduler_info()["workers"].items()))
+    return {"scheduler": cluster.scheduler_address, "worker": worker, "nanny": info["nanny"]}
+
+
 def test_peer_without_the_secret_is_refused_logged_and_never_unpickled(cluster, client, tmp_path):
     marker = str(tmp_path / "unpickled")
-    worker = next(iter(client.scheduler_info()["workers"]))
     frame = msgpack.packb([{"op": "put-data", "data": {"x": pickle.dumps(_Marker(marker))}}], use_bin_type=True)
-    for target in (cluster.scheduler_address, worker):
+    for target in targets(cluster, client).values():
         sock = raw_socket(target)
         assert sock.recv(36)[:4] == b"KWD1"
         sock.sendall(b"\0" * 64 + struct.pack("!I", len(frame)) + frame)
         assert closed_by_peer(sock)
-    wait_for_event(cluster.log_dir, "auth-refused", source="scheduler")
-    wait_for_event(cluster.log_dir, "auth-refused", source="worker")
+    for source in ("scheduler", "worker", "nanny"):
+        wait_for_event(cluster.log_dir, "auth-refused", source=source)
     assert not os.path.exists(marker)
     with pytest.raises(AuthError):
         Client(cluster.scheduler_address, secret=b"wrong" * 8, timeout=5)
@@ -101,20 +106,20 @@ def test_peer_without_the_secret_is_refused_logged_and_never_unpickled(cluster, 
 ])
 def test_bad_frames_close_one_connection_and_the_server_keeps_serving(cluster, client, name, payload, reason):
     before = len(read_events(cluster.log_dir, "bad-frame"))
-    worker = next(iter(client.scheduler_info()["workers"]))
-    for target in (cluster.scheduler_address, worker):
+    for target in targets(cluster, client).values():
         assert authenticated_raw(target, cluster.secret, payload)
     wait_until(lambda: {e.source for e in read_events(cluster.log_dir, "bad-frame")
-                        if reason in e.fields["reason"]} == {"scheduler", "worker"}, what=f"bad-frame {reason}")
-    assert len(read_events(cluster.log_dir, "bad-frame")) == before + 2
+                        if reason in e.fields["reason"]} == {"scheduler", "worker", "nanny"}, what=f"bad-frame {reason}")
+    assert len(read_events(cluster.log_dir, "bad-frame")) == before + 3
     assert client.submit(inc, 2, pure=False).result(timeout=30) == 3
 
 
 def test_a_stalled_connection_is_dropped_after_the_handshake_timeout(cluster, client):
-    sock = raw_socket(cluster.scheduler_address)
-    assert closed_by_peer(sock)          # we never answer the challenge
-    event = wait_for_event(cluster.log_dir, "auth-refused", predicate=lambda e: "no handshake" in e.fields["reason"])
-    assert event
+    socks = [raw_socket(address) for address in targets(cluster, client).values()]  # all stall at once
+    assert all(closed_by_peer(sock) for sock in socks)          # we never answer the challenge
+    wait_until(lambda: {e.source for e in read_events(cluster.log_dir, "auth-refused")
+                        if "no handshake" in e.fields["reason"]} == {"scheduler", "worker", "nanny"},
+               what="stalls refused")
     assert client.submit(inc, 3).result(timeout=30) == 4
 
 
@@ -126,3 +131,58 @@ def test_the_secret_never_reaches_logs_or_events(cluster, client):
         with open(os.path.join(cluster.log_dir, name), errors="replace") as f:
             assert secret_hex not in f.read(), name
     assert oct(os.stat(cluster.scheduler_file).st_mode & 0o777) == "0o600"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 256 KiB filesystem (tmpfs), as a nearly full disk; skipped only where mounting is not allowed."""
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root?)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_an_unwritable_or_full_log_directory_is_a_clear_error_at_start(tiny_disk, tmp_path):
+    import subprocess
+    import sys
+
+    with pytest.raises(OSError, match="has only .* KiB free"):
+        LocalCluster(n_workers=1, log_dir=str(tiny_disk / "logs"))
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o500)
+    try:
+        if os.access(read_only, os.W_OK):  # root ignores modes: use a path below a file instead
+            read_only = tmp_path / "a-file"
+            read_only.write_text("")
+        with pytest.raises(OSError, match="is not writable"):
+            LocalCluster(n_workers=1, log_dir=str(read_only / "logs"))
+    finally:
+        (tmp_path / "read-only").chmod(0o700)
+    (tmp_path / "job.py").write_text("print('never runs')\n")
+    result = subprocess.run([sys.executable, "-m", "kwdiag", "run", "--log-dir", str(tiny_disk / "run"),
+                             str(tmp_path / "job.py")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "KiB free" in result.stderr and "Traceback" not in result.stderr
+    assert "never runs" not in result.stdout
+
+
+def test_a_disk_filling_up_mid_run_is_reported_and_loses_nothing_already_recorded(tiny_disk, caplog):
+    import logging
+
+    from kwdiag.events import from_json_line
+    from kwdiag.runtime.record import Recorder
+
+    recorder = Recorder("kwdiag.test-disk", source="nanny", log_dir=str(tiny_disk), file_stem="nanny-w")
+    caplog.set_level(logging.ERROR, logger="kwdiag.test-disk")
+    for i in range(3000):  # ~150 bytes each: far more than 256 KiB holds
+        recorder.event("worker-spawn", f"event {i}", pid=i, padding="x" * 100)
+    assert recorder.lost > 0
+    assert any("No space left on device" in r.getMessage() and "lost so far" in r.getMessage() for r in caplog.records)
+    lines = (tiny_disk / "nanny-w.jsonl").read_bytes().split(b"\n")
+    complete = [line for line in lines if line.endswith(b"}")]
+    assert len(complete) > 100
+    assert [from_json_line(line).fields["pid"] for line in complete] == list(range(len(complete)))  # intact, in order

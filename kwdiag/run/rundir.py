@@ -32,15 +32,12 @@ def create(runs_dir: str, job_name: str, explicit: str | None = None) -> str:
         while os.path.exists(path):
             n += 1
             path = os.path.abspath(os.path.join(runs_dir, f"{stamp}-{slug}-{n}"))
+    from kwdiag.runtime.cluster import check_log_dir
+
     try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, ".write-test")
-        with open(probe, "w") as f:
-            f.write("x")
-        os.unlink(probe)
+        check_log_dir(path)
     except OSError as exc:
-        raise KwdiagError(f"cannot write the run directory {path}: {exc.strerror or exc}; worker deaths could not "
-                          "be recorded (choose another with --log-dir)", USAGE) from None
+        raise KwdiagError(f"cannot use the run directory: {exc}", USAGE) from None
     return path
 
 
