@@ -18,13 +18,14 @@ import re as _stdre
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import regex
 
 from kwdiag.analysis.model import CAUSES, SEVERITIES
 
 MATCH_TIMEOUT = 0.05  # seconds per pattern per line: a user's catastrophic pattern cannot hang us
+TIMEOUT_LIMIT = 5  # a rule whose patterns time out this often in one run is not tried again in that run
 RUNTIMES = ("kwdiag", "dask", "coiled")
 BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "rules"
 
@@ -79,12 +80,18 @@ class Rule:
     def is_line_rule(self) -> bool:
         return bool(self.patterns)
 
-    def match_line(self, text: str) -> dict[str, Any] | None:
-        """Named groups of the first pattern that matches ``text`` (may be empty), else None."""
+    def match_line(self, text: str, on_timeout: Callable[["Rule"], None] | None = None) -> dict[str, Any] | None:
+        """Named groups of the first pattern that matches ``text`` (may be empty), else None.
+
+        A pattern that runs longer than ``MATCH_TIMEOUT`` counts as not matching; ``on_timeout(rule)``
+        is told, so the caller can report it.
+        """
         for pat in self.compiled:
             try:
                 m = pat.search(text, timeout=MATCH_TIMEOUT)
             except TimeoutError:
+                if on_timeout is not None:
+                    on_timeout(self)
                 continue
             if m is not None:
                 return {k: _convert(v) for k, v in m.groupdict().items() if v is not None}
@@ -321,11 +328,12 @@ class RuleSet:
         for r in self.event_rules:
             self.events_by_kind.setdefault(r.event_kind, []).append(r)
 
-    def match_line(self, text: str) -> list[tuple[Rule, dict[str, Any]]]:
+    def match_line(self, text: str, timeouts: "RuleTimeouts | None" = None) -> list[tuple[Rule, dict[str, Any]]]:
         """Every line rule that matches ``text`` with its named groups, in rule-id order.
 
         Only rules one of whose keywords occurs in the line are tried (keywords may overlap, so
-        each is checked with ``in`` rather than by one alternation).
+        each is checked with ``in`` rather than by one alternation). With ``timeouts``, pattern
+        timeouts are recorded there and a rule past ``TIMEOUT_LIMIT`` timeouts is skipped.
         """
         cands: dict[str, Rule] = {}
         for k, rs in self.by_keyword.items():
@@ -334,13 +342,38 @@ class RuleSet:
                     cands[r.id] = r
         out = []
         for rid in sorted(cands):
-            groups = cands[rid].match_line(text)
+            if timeouts is not None and timeouts.off(rid):
+                continue
+            groups = cands[rid].match_line(text, timeouts.record if timeouts is not None else None)
             if groups is not None:
                 out.append((cands[rid], groups))
         return out
 
     def match_event(self, kind: str, fields: Mapping[str, Any]) -> list[Rule]:
         return [r for r in self.events_by_kind.get(kind, ()) if r.match_event(kind, fields)]
+
+
+class RuleTimeouts:
+    """Which rules' patterns hit the match timeout in one run, and where (for the report).
+
+    The reader sets ``where`` to ``(file, line)`` before matching a line; ``hits`` maps
+    ``(rule id, file)`` to ``[count, first line, rule path]``. After ``limit`` timeouts in the run a
+    rule is off, so a catastrophic pattern costs at most ``limit * MATCH_TIMEOUT`` seconds per pattern.
+    """
+
+    def __init__(self, limit: int = TIMEOUT_LIMIT):
+        self.limit = limit
+        self.where: tuple[str, int | None] = ("?", None)
+        self.total: dict[str, int] = {}
+        self.hits: dict[tuple[str, str], list] = {}
+
+    def record(self, rule: Rule) -> None:
+        self.total[rule.id] = self.total.get(rule.id, 0) + 1
+        file, line = self.where
+        self.hits.setdefault((rule.id, file), [0, line, rule.path])[0] += 1
+
+    def off(self, rule_id: str) -> bool:
+        return self.total.get(rule_id, 0) >= self.limit
 
 
 def load_ruleset(extra_dirs: Iterable[Path | str] = ()) -> tuple[RuleSet, list[str]]:

@@ -21,8 +21,18 @@ LOG_SUFFIXES = {".log", ".jsonl", ".txt", ".out", ".err", ".gz", ".stderr", ".st
 
 @dataclass(frozen=True)
 class Input:
-    name: str  # what evidence lines are attributed to (the path as given, or "<stdin>")
+    name: str  # what evidence lines are attributed to (the path as given, or "<stdin>"), always printable
     path: str | None  # None for stdin
+
+
+def display_name(path: str) -> str:
+    """``path`` fit for output: a file name that is not UTF-8 arrives with lone surrogates
+    (``surrogateescape``), which no output can encode; they become U+FFFD."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _looks_like_log(p: Path) -> bool:
@@ -52,17 +62,17 @@ def expand_inputs(paths: Iterable[str]) -> tuple[list[Input], list[InputProblem]
                     if fp.is_file() and _looks_like_log(fp):
                         found.append(fp)
             if not found:
-                problems.append(InputProblem(raw, "directory has no log files to read"))
+                problems.append(InputProblem(display_name(raw), "directory has no log files to read"))
             for fp in found:
                 key = str(fp.resolve())
                 if key not in seen:
                     seen.add(key)
-                    inputs.append(Input(str(fp), str(fp)))
+                    inputs.append(Input(display_name(str(fp)), str(fp)))
         elif p.exists():
             key = str(p.resolve())
             if key not in seen:
                 seen.add(key)
-                inputs.append(Input(raw, raw))
+                inputs.append(Input(display_name(raw), raw))
         else:
-            problems.append(InputProblem(raw, "no such file or directory"))
+            problems.append(InputProblem(display_name(raw), "no such file or directory"))
     return inputs, problems

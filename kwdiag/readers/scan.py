@@ -3,7 +3,9 @@
 Covers: opening a file or stdin, transparent gzip (by magic bytes, so ``.gz`` naming does not
 matter), refusing binary input (NUL bytes in the first block), lines longer than ``MAX_LINE``
 (only their first ``MAX_LINE`` bytes are read; memory stays bounded), truncated gzip (what was
-decompressed is kept), and the prefilter: one literal regex over each block finds candidate
+decompressed is kept), gzip bombs (decompression is bounded: at most one block of output at a
+time, and a stream that expands more than ``MAX_GZIP_RATIO`` times past ``GZIP_RATIO_AFTER`` bytes
+is stopped and reported), and the prefilter: one literal regex over each block finds candidate
 lines without a Python loop over every line. Memory is one block plus one line, whatever the
 file size.
 
@@ -22,6 +24,12 @@ from typing import Callable
 BLOCK = 4 << 20
 MAX_LINE = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+MAX_GZIP_RATIO = 200  # real logs compress 5-50x; zeros or newlines compress ~1000x (a gzip bomb)
+GZIP_RATIO_AFTER = 64 << 20  # the ratio is only checked once this much was decompressed
+
+
+class GzipBomb(EOFError):
+    """A gzip stream that expands far more than any log does."""
 
 
 class InputUnreadable(Exception):
@@ -94,6 +102,8 @@ class _GzipChain:
         self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         self.done = False
         self.error: Exception | None = None
+        self.consumed = 0  # compressed bytes decompressed so far
+        self.produced = 0  # bytes they expanded to
 
     def read(self, n: int) -> bytes:
         out = []
@@ -107,14 +117,24 @@ class _GzipChain:
                     self.error = EOFError("compressed file ended before the end-of-stream marker was reached")
                 break
             try:
-                chunk = self.d.decompress(data)
+                # max_length: never more than what was asked for in memory, however well ``data`` compresses
+                chunk = self.d.decompress(data, n - size)
             except zlib.error as exc:
                 self.done = True
                 self.error = exc
                 break
+            self.pending = self.d.unconsumed_tail
+            self.consumed += len(data) - len(self.pending) - len(self.d.unused_data)
             if chunk:
                 out.append(chunk)
                 size += len(chunk)
+                self.produced += len(chunk)
+                if self.produced > GZIP_RATIO_AFTER and self.produced > MAX_GZIP_RATIO * max(self.consumed, 1):
+                    self.done = True
+                    self.error = GzipBomb(
+                        f"decompression stopped after {self.produced >> 20} MiB: the data expands more than "
+                        f"{MAX_GZIP_RATIO}x, which no log does (a gzip bomb?)")
+                    break
             if self.d.eof:
                 rest = self.d.unused_data
                 self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from kwdiag.analysis.engine import RuleSet
+from kwdiag.analysis.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
 from kwdiag.analysis.model import InputProblem
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
 from kwdiag.readers.inputs import Input, expand_inputs
@@ -77,12 +77,22 @@ def parse_prefix(text: str) -> tuple[float | None, str | None, str | None, str]:
 
 
 def clean(text: str) -> str:
-    """A log line without terminal control sequences or other C0 controls (tabs kept)."""
+    """A log line without terminal control sequences: ANSI/OSC sequences removed; other C0 and C1
+    controls (``\\x9b`` is CSI to some terminals) and lone surrogates (no encoder can write them)
+    become U+FFFD; tabs are kept."""
     if "\x1b" in text:
         text = ANSI.sub("", text)
-    if any(ord(c) < 32 and c != "\t" for c in text) or "\x7f" in text:
-        text = "".join(c if (c == "\t" or 32 <= ord(c) != 127) else "\ufffd" for c in text)
-    return text
+    return _UNSAFE.sub("\ufffd", text)
+
+
+_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _no_lone_surrogates(line: str) -> str:
+    """A JSON line with every escaped lone surrogate (``\\ud800``) replaced by ``\\ufffd``: decoded, such a
+    string could be read but never written (every output would fail to encode it)."""
+    return _SURROGATE_ESCAPE.sub(lambda m: m.group() if len(m.group()) in (2, 12) else "\\ufffd", line)
 
 
 @dataclass
@@ -97,9 +107,10 @@ class FileResult:
 
 
 class _FileState:
-    def __init__(self, name: str, rules: RuleSet):
+    def __init__(self, name: str, rules: RuleSet, timeouts: RuleTimeouts):
         self.name = name
         self.rules = rules
+        self.timeouts = timeouts
         self.events: list[Event] = []
         self.worker: str | None = None
         self.address: str | None = None
@@ -120,8 +131,11 @@ class _FileState:
                 self.first_bad_utf8 = lineno
         text = text.rstrip("\r")
         origin = Origin(self.name, lineno)
+        self.timeouts.where = (self.name, lineno)
         stripped = text.lstrip()
         if stripped.startswith("{") and '"v"' in stripped[:8]:
+            if "\\u" in stripped:
+                stripped = _no_lone_surrogates(stripped)
             try:
                 ev = from_json_line(stripped, origin)
             except EventDecodeError as exc:
@@ -132,7 +146,7 @@ class _FileState:
             self.json_events += 1
             self.events.append(ev)
             self.last_ts = ev.ts
-            self.events.extend(events_from_tail(ev, self.rules))
+            self.events.extend(events_from_tail(ev, self.rules, self.timeouts))
             return
         ts, logger, level, msg = parse_prefix(text)
         if ts is None:
@@ -142,7 +156,7 @@ class _FileState:
                 ts = self.last_ts
         else:
             self.last_ts = ts
-        for rule, groups in self.rules.match_line(text):
+        for rule, groups in self.rules.match_line(text, self.timeouts):
             self._emit(rule, groups, ts, level, clean(text), origin)
 
     def _emit(self, rule, groups: dict[str, Any], ts: float | None, level: str | None, text: str,
@@ -180,7 +194,7 @@ class _FileState:
         ))
 
 
-def events_from_tail(ev: Event, rules: RuleSet) -> list[Event]:
+def events_from_tail(ev: Event, rules: RuleSet, timeouts: RuleTimeouts | None = None) -> list[Event]:
     """Evidence inside a kwdiag ``worker-exit`` event's ``stderr_tail`` (faulthandler dumps, tracebacks)."""
     tail = ev.fields.get("stderr_tail")
     if not tail:
@@ -191,7 +205,7 @@ def events_from_tail(ev: Event, rules: RuleSet) -> list[Event]:
     for line in list(tail)[-200:]:
         if not isinstance(line, str):
             continue
-        for rule, groups in rules.match_line(line[:MAX_LINE]):
+        for rule, groups in rules.match_line(line[:MAX_LINE], timeouts):
             fields = dict(rule.emit_fields)
             fields.update(groups)
             fields.update(rule=rule.id, via="stderr_tail")
@@ -213,10 +227,15 @@ def _runtime_of(head: bytes, json_events: int) -> str | None:
     return None
 
 
-def read_input(inp: Input, rules: RuleSet) -> FileResult:
-    """Read one input; never raises for bad input (problems are returned instead)."""
+def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None) -> FileResult:
+    """Read one input; never raises for bad input (problems are returned instead).
+
+    ``timeouts`` is shared by the inputs of one run (rules that keep timing out are switched off).
+    """
     res = FileResult(inp.name)
-    state = _FileState(inp.name, rules)
+    if timeouts is None:
+        timeouts = RuleTimeouts()
+    state = _FileState(inp.name, rules, timeouts)
     try:
         stats = scan(inp.path, rules.prefilter, state.on_line)
     except InputUnreadable as exc:
@@ -252,6 +271,12 @@ def read_input(inp: Input, rules: RuleSet) -> FileResult:
         where = f" (first at line {state.first_bad_utf8})" if state.first_bad_utf8 else ""
         res.problems.append(InputProblem(inp.name, f"invalid UTF-8{where}; undecodable bytes were replaced",
                                          "warning"))
+    for (rid, file), (n, line, path) in timeouts.hits.items():
+        if file == inp.name:
+            res.problems.append(InputProblem(
+                inp.name, f"rule {rid} ({path}): a pattern ran longer than the {MATCH_TIMEOUT:g} s match timeout on "
+                f"{n} line(s) (first at line {line}) and counted as not matching there"
+                + ("; the rule was switched off for the rest of this run" if timeouts.off(rid) else ""), "warning"))
     if state.bad_json:
         ln, why = state.first_bad_json
         res.problems.append(InputProblem(
@@ -272,8 +297,9 @@ def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list
     inputs, problems = expand_inputs(paths)
     results = []
     events: list[Event] = []
+    timeouts = RuleTimeouts()
     for inp in inputs:
-        r = read_input(inp, rules)
+        r = read_input(inp, rules, timeouts)
         results.append(r)
         problems.extend(r.problems)
     # kwdiag writes every fact twice: JSONL events and the same prose on stderr. With the events at hand,
