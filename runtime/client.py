@@ -403,18 +403,20 @@ class Client:
 
     # ---------------------------------------------------------------- submitting
     def submit(self, func: Any, *args: Any, key: str | None = None, workers: Any = None, pure: bool = True,
-               allow_other_workers: bool = False, **kwargs: Any) -> Future:
+               allow_other_workers: bool = False, priority: int = 0, **kwargs: Any) -> Future:
         """Run ``func(*args, **kwargs)`` on the cluster; futures among the arguments become dependencies.
 
         ``workers=`` restricts where it runs (addresses or names); with ``allow_other_workers=True``
-        that is only a preference, used while one of those workers is alive."""
+        that is only a preference, used while one of those workers is alive. Tasks with a higher
+        ``priority`` run before others that are ready."""
         if not callable(func):
             raise TypeError("first argument to submit must be a callable")
         spec, deps = _dumps_spec(func, args, kwargs)
         if key is None:
             key = f"{_funcname(func)}-{hashlib.sha1(spec).hexdigest() if pure else uuid.uuid4().hex}"
         future = Future(key, self)
-        task = {"key": key, "spec": spec, "deps": deps, "workers": _as_list(workers), "loose": allow_other_workers}
+        task = {"key": key, "spec": spec, "deps": deps, "workers": _as_list(workers), "loose": allow_other_workers,
+                "priority": priority}
         self._specs[key] = task
         self._send({"op": "update-graph", "tasks": [task]})
         return future

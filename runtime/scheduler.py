@@ -41,7 +41,7 @@ class TaskState:
                  "suspicious", "death_workers", "error", "wanted_by", "restrictions", "waiting_on", "priority",
                  "nbytes", "scattered", "missing_retries", "loose")
 
-    def __init__(self, key: str, run_spec: bytes | None, priority: int):
+    def __init__(self, key: str, run_spec: bytes | None, priority: tuple[int, int]):
         self.key = key
         self.run_spec = run_spec
         self.deps: set[TaskState] = set()
@@ -269,7 +269,8 @@ class Scheduler:
             key = spec["key"]
             ts = self.tasks.get(key)
             if ts is None:
-                ts = TaskState(key, spec["spec"], next(self._priority))
+                # Higher user priority first (as Dask's submit(priority=)), then submission order.
+                ts = TaskState(key, spec["spec"], (-int(spec.get("priority") or 0), next(self._priority)))
                 self.counters["submitted"] += 1
                 ts.restrictions = set(spec["workers"]) if spec.get("workers") else None
                 ts.loose = bool(spec.get("loose"))
@@ -702,7 +703,7 @@ class Scheduler:
             for key in part:
                 ts = self.tasks.get(key)
                 if ts is None:
-                    ts = self.tasks[key] = TaskState(key, None, next(self._priority))
+                    ts = self.tasks[key] = TaskState(key, None, (0, next(self._priority)))
                 ts.state = MEMORY
                 ts.scattered = ts.run_spec is None
                 ts.nbytes = len(part[key])
