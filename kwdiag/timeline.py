@@ -166,8 +166,8 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     for e in pending:
         name = who(e)
         incs = tl.workers.get(name)
-        if not incs:
-            incs = tl.workers.setdefault(name, [Incarnation(worker=name, number=1, started=None)])
+        if not incs:  # none seen, or only starts that name no incarnation (an empty list)
+            incs = tl.workers[name] = [Incarnation(worker=name, number=1, started=None)]
         _place(e, incs).events.append(e)
     return tl
 

@@ -572,6 +572,8 @@ def task_errors(tl: Timeline, rules: RuleSet) -> list[TaskError]:
     for g in groups:
         key = next((_key_of(e) for e in g if _key_of(e)), None)
         exc = next((e.get("exception") for e in g if e.get("exception")), None)
+        if exc is not None and not isinstance(exc, str):  # a JSONL event may carry any JSON value
+            exc = str(exc)
         if key is not None and (key, exc) in seen:
             continue
         seen.add((key, exc))

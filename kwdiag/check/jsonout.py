@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from kwdiag.check import Outcome
+from kwdiag.report.text import to_json
 
 SCHEMA = "kwdiag.check/1"
 
@@ -34,4 +35,4 @@ def to_dict(outcome: Outcome) -> dict:
 
 
 def render_json(outcome: Outcome) -> str:
-    return json.dumps(to_dict(outcome), indent=2, ensure_ascii=False) + "\n"
+    return to_json(to_dict(outcome)) + "\n"

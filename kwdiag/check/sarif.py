@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from kwdiag.check import Outcome
 from kwdiag.check.policy import ALLOWED, BASELINED, FAIL
-from kwdiag.report.text import conf, safe
+from kwdiag.report.text import conf, safe, to_json
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FP_KEY = "kwdiagDeathSignature/v1"
@@ -159,4 +159,4 @@ def to_dict(outcome: Outcome, rules=None, root: str | os.PathLike | None = None)
 
 
 def render_sarif(outcome: Outcome, rules=None, root=None) -> str:
-    return json.dumps(to_dict(outcome, rules, root), indent=2, ensure_ascii=False) + "\n"
+    return to_json(to_dict(outcome, rules, root)) + "\n"

@@ -31,6 +31,7 @@ DASK_LINE = re.compile(
 ISO_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s")
 DMESG_T = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+TS_MIN, TS_MAX = -1e10, 253402300800.0  # event times a calendar can show (years 1653 to 9999)
 LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error", "CRITICAL": "critical"}
 
 _local_cache: dict[str, float] = {}
@@ -142,6 +143,11 @@ class _FileState:
                 self.bad_json += 1
                 if self.first_bad_json is None:
                     self.first_bad_json = (lineno, str(exc))
+                return
+            if not TS_MIN <= ev.ts < TS_MAX:
+                self.bad_json += 1
+                if self.first_bad_json is None:
+                    self.first_bad_json = (lineno, "'ts' is not a time between 1653 and 9999")
                 return
             self.json_events += 1
             self.events.append(ev)

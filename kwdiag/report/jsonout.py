@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from kwdiag.analysis.model import Report
+from kwdiag.report.text import to_json
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    return to_json(report.to_dict()) + "\n"

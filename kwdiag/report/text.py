@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
+from typing import Any
 
 from kwdiag.readers.text import clean
+
+# JSON leaves these raw with ensure_ascii=False: C1 controls (\x9b is CSI to some terminals), lone
+# surrogates (no UTF-8 encoder can write them), and the JavaScript line separators. Outside
+# strings JSON has none of them, so escaping each as \uXXXX keeps the document equal.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def to_json(doc: Any) -> str:
+    """``doc`` as indented JSON: readable UTF-8, with every character a terminal could act on escaped."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def safe(text: str, limit: int = 300) -> str:
