@@ -29,6 +29,20 @@ def _load_config(settings: list[str], **explicit: object) -> dict:
         raise KwdiagError(str(exc), USAGE) from None
 
 
+def _security(cert: Optional[str], key: Optional[str], ca: Optional[str]):
+    from kwdiag.runtime.comm import Security
+
+    try:
+        return Security.from_options(cert, key, ca)
+    except ValueError as exc:
+        raise KwdiagError(str(exc), USAGE) from None
+
+
+TLS_CERT = typer.Option(None, "--tls-cert", help="This process's TLS certificate (PEM): all connections use TLS.")
+TLS_KEY = typer.Option(None, "--tls-key", help="The private key of --tls-cert.")
+TLS_CA = typer.Option(None, "--tls-ca", help="The CA that signed the cluster's certificates; peers must present one.")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("scheduler")
     def scheduler(
@@ -39,15 +53,18 @@ def register(app: typer.Typer) -> None:
         allowed_failures: Optional[int] = typer.Option(None, help="Worker deaths a task may cause before KilledWorker."),
         worker_ttl: Optional[str] = typer.Option(None, help="Remove a worker silent for this long (e.g. 5s)."),
         set_: List[str] = typer.Option([], "--set", help="Any runtime setting, KEY=VALUE (see docs/runtime.md)."),
+        tls_cert: Optional[str] = TLS_CERT, tls_key: Optional[str] = TLS_KEY, tls_ca: Optional[str] = TLS_CA,
     ) -> None:
         """Start a scheduler. Workers join with `kwdiag worker --scheduler-file F`."""
         from kwdiag.runtime import entry
 
         config = _load_config(set_, allowed_failures=allowed_failures, worker_ttl=worker_ttl)
+        security = _security(tls_cert, tls_key, tls_ca)
         if not scheduler_file:
             raise KwdiagError("--scheduler-file is required: it is how workers and clients learn the address and "
                               "the shared secret", USAGE)
-        entry.start_scheduler(host=host, port=port, scheduler_file=scheduler_file, log_dir=log_dir, config=config)
+        entry.start_scheduler(host=host, port=port, scheduler_file=scheduler_file, log_dir=log_dir, config=config,
+                              security=security)
 
     @app.command("worker")
     def worker(
@@ -65,12 +82,14 @@ def register(app: typer.Typer) -> None:
         log_dir: str = typer.Option("kwdiag-logs", help="Directory for the JSONL event log."),
         preload: List[str] = typer.Option([], help="Module to import at worker start (repeatable)."),
         set_: List[str] = typer.Option([], "--set", help="Any runtime setting, KEY=VALUE."),
+        tls_cert: Optional[str] = TLS_CERT, tls_key: Optional[str] = TLS_KEY, tls_ca: Optional[str] = TLS_CA,
     ) -> None:
         """Start a worker (with a nanny unless --no-nanny) and join a scheduler."""
         from kwdiag.runtime import config as config_mod
         from kwdiag.runtime import entry
 
         config = _load_config(set_)
+        security = _security(tls_cert, tls_key, tls_ca)
         try:
             limit = config_mod.parse_bytes(memory_limit)
             life = config_mod.parse_timedelta(lifetime)
@@ -79,6 +98,6 @@ def register(app: typer.Typer) -> None:
         try:
             entry.start_worker(address=address, scheduler_file=scheduler_file, nanny=nanny, name=name,
                                nthreads=nthreads, memory_limit=limit, lifetime=life, host=host, log_dir=log_dir,
-                               config=config, preload=preload)
+                               config=config, preload=preload, security=security)
         except entry.StartupError as exc:
             raise KwdiagError(str(exc), USAGE) from None

@@ -6,9 +6,9 @@ Every process records its lifecycle as JSONL events (``docs/events.md``) in its 
 
 from kwdiag.runtime.client import Client, Future
 from kwdiag.runtime.cluster import LocalCluster
-from kwdiag.runtime.comm import CommClosedError
+from kwdiag.runtime.comm import CommClosedError, Security
 from kwdiag.runtime.exceptions import (FutureCancelledError, KilledWorker, ScatteredDataLost, VersionMismatchError,
                                        VersionMismatchWarning)
 
 __all__ = ["Client", "Future", "LocalCluster", "KilledWorker", "ScatteredDataLost", "FutureCancelledError",
-           "VersionMismatchError", "VersionMismatchWarning", "CommClosedError"]
+           "VersionMismatchError", "VersionMismatchWarning", "CommClosedError", "Security"]

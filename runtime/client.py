@@ -31,7 +31,7 @@ import cloudpickle
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime import config as config_mod
-from kwdiag.runtime.comm import CommClosedError, connect
+from kwdiag.runtime.comm import CommClosedError, Credentials, Security, connect
 from kwdiag.runtime.core import RemoteError, Stream, background
 from kwdiag.runtime.exceptions import (FutureCancelledError, KilledWorker, ScatteredDataLost, VersionMismatchError,
                                        VersionMismatchWarning)
@@ -185,7 +185,7 @@ class Client:
     """Connect to a kwdiag cluster and run work on it (the Dask ``Client`` subset kwdiag supports)."""
 
     def __init__(self, address: Any = None, *, scheduler_file: str | None = None, secret: bytes | str | None = None,
-                 timeout: float = 10.0, name: str | None = None):
+                 timeout: float = 10.0, name: str | None = None, security: Security | None = None):
         from kwdiag.runtime.cluster import LocalCluster  # local import: cluster imports client for its own use
 
         self.id = name or f"Client-{uuid.uuid4().hex[:12]}"
@@ -204,6 +204,7 @@ class Client:
         if isinstance(address, LocalCluster):
             self.cluster = address
             address, secret, log_dir = address.scheduler_address, address.secret, address.log_dir
+            security = security or self.cluster.security
         if scheduler_file is not None:
             from kwdiag.runtime.entry import read_scheduler_file
 
@@ -215,6 +216,7 @@ class Client:
             raise ValueError("no shared secret for the scheduler: pass scheduler_file=, secret=, or set KWDIAG_SECRET")
         self.scheduler_address: str = address
         self.secret: bytes = secret
+        self.credentials = Credentials(secret, security)
         self.timeout = timeout
         self.config = config_mod.load()
         self._loop = _LoopThread.get()
@@ -246,7 +248,7 @@ class Client:
 
     # ---------------------------------------------------------------- connection
     async def _connect(self, first: bool) -> str | None:
-        comm = await connect(self.scheduler_address, self.secret, timeout=self.timeout)
+        comm = await connect(self.scheduler_address, self.credentials, timeout=self.timeout)
         stream = Stream(comm, self.handlers, on_close=self._on_scheduler_closed)
         background(stream.run())
         reply = await stream.request("register-client", client=self.id, versions=self.versions, timeout=self.timeout)
@@ -527,7 +529,7 @@ class Client:
     async def _worker(self, address: str) -> Stream:
         stream = self._workers.get(address)
         if stream is None or stream.closed:
-            comm = await connect(address, self.secret, timeout=self.timeout)
+            comm = await connect(address, self.credentials, timeout=self.timeout)
             stream = Stream(comm, {})
             background(stream.run())
             self._workers[address] = stream

@@ -24,7 +24,7 @@ import weakref
 from typing import Any
 
 from kwdiag.runtime import config as config_mod
-from kwdiag.runtime.comm import CommClosedError, connect
+from kwdiag.runtime.comm import CommClosedError, Credentials, Security, connect
 from kwdiag.runtime.core import Stream, background
 
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
@@ -54,7 +54,8 @@ class LocalCluster:
     def __init__(self, n_workers: int = 2, threads_per_worker: int = 1, memory_limit: Any = "auto",
                  nanny: bool = True, scheduler_kwargs: dict | None = None, log_dir: str | None = None,
                  host: str = "127.0.0.1", scheduler_port: int = 0, config: dict | None = None,
-                 timeout: float = 30.0, env: dict | None = None, processes: bool = True):
+                 timeout: float = 30.0, env: dict | None = None, processes: bool = True,
+                 security: Security | None = None):
         if not processes:
             raise ValueError("kwdiag's LocalCluster always runs workers as processes (processes=True)")
         overrides = {**(config or {}), **(scheduler_kwargs or {})}
@@ -74,6 +75,8 @@ class LocalCluster:
                                        tempfile.mkdtemp(prefix="kwdiag-cluster-"))
         check_log_dir(self.log_dir)
         self.secret = secrets.token_bytes(32)
+        self.security = security
+        self.credentials = Credentials(self.secret, security)
         self.scheduler_file = os.path.join(self.log_dir, "scheduler.json")
         self.processes: dict[str, subprocess.Popen] = {}
         self._next_worker = 0
@@ -111,7 +114,7 @@ class LocalCluster:
             pass
         proc = self._spawn("scheduler", ["scheduler", "--host", self.host, "--port", str(port), "--scheduler-file",
                                          self.scheduler_file, "--log-dir", self.log_dir,
-                                         "--watch-parent", str(os.getpid())])
+                                         "--watch-parent", str(os.getpid()), *self._tls_args()])
         deadline = time.monotonic() + self.timeout
         while not os.path.exists(self.scheduler_file):
             if proc.poll() is not None:
@@ -124,6 +127,9 @@ class LocalCluster:
 
         self.scheduler_address, _ = read_scheduler_file(self.scheduler_file)
 
+    def _tls_args(self) -> list[str]:
+        return self.security.args() if self.security else []
+
     def _start_worker(self) -> str:
         name = f"worker-{self._next_worker}"
         self._next_worker += 1
@@ -133,6 +139,7 @@ class LocalCluster:
             args += ["--memory-limit", str(self.memory_limit)]
         if not self.nanny:
             args.append("--no-nanny")
+        args += self._tls_args()
         self._spawn(name, args, control=True)
         return name
 
@@ -141,7 +148,7 @@ class LocalCluster:
         from kwdiag.runtime.client import _LoopThread
 
         async def request() -> Any:
-            comm = await connect(self.scheduler_address, self.secret, timeout=timeout)
+            comm = await connect(self.scheduler_address, self.credentials, timeout=timeout)
             stream = Stream(comm, {})
             reader = background(stream.run())
             try:

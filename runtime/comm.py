@@ -6,9 +6,13 @@ handshake that every connection passes *before* any frame is read, and frames of
 connection can end surfaces as one ``CommClosedError`` (or its subclasses ``AuthError`` and
 ``ProtocolError``, which say why it was ended on purpose).
 
-Does not cover: what messages mean (``runtime.core`` dispatches them), pickling (task
+With ``Security`` (a certificate, its key and the CA that signed the cluster's certificates), every
+connection is TLS (``tls://`` addresses), mutually authenticated by certificate, and the shared-secret
+handshake still runs inside it.
+
+Does not cover: what messages mean (``runtime.core`` dispatches them), or pickling (task
 payloads travel as opaque ``bytes`` inside msgpack; they are unpickled only by code that
-received them over an authenticated comm), or TLS.
+received them over an authenticated comm).
 
 Handshake (mutual, HMAC-SHA256 over fresh nonces; the secret never crosses the wire)::
 
@@ -24,7 +28,9 @@ import hashlib
 import hmac
 import os
 import socket
+import ssl
 import struct
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import msgpack
@@ -53,6 +59,66 @@ class ProtocolError(CommClosedError):
     """The peer sent a frame that is not a kwdiag frame (garbage, oversized, wrong shape)."""
 
 
+@dataclass(frozen=True)
+class Security:
+    """TLS for every connection: this process's certificate and key, and the CA that signed the cluster's.
+
+    Both sides present a certificate and verify the other's against the CA (mutual TLS). Host names are
+    not checked — cluster certificates rarely name every worker's address; the CA is the trust anchor.
+    """
+
+    tls_cert: str
+    tls_key: str
+    tls_ca: str
+
+    def __post_init__(self) -> None:
+        for name in ("tls_cert", "tls_key", "tls_ca"):
+            path = getattr(self, name)
+            if not path or not os.path.isfile(path):
+                raise ValueError(f"{name.replace('_', '-')}: no such file: {path!r}")
+
+    def server_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=self.tls_ca)
+        ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        return ctx
+
+    def client_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca)
+        ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        return ctx
+
+    def args(self) -> list[str]:
+        """The command-line options that give a child process the same settings."""
+        return ["--tls-cert", self.tls_cert, "--tls-key", self.tls_key, "--tls-ca", self.tls_ca]
+
+    @classmethod
+    def from_options(cls, cert: str | None, key: str | None, ca: str | None) -> "Security | None":
+        if not (cert or key or ca):
+            return None
+        if not (cert and key and ca):
+            raise ValueError("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
+        return cls(cert, key, ca)
+
+
+class Credentials:
+    """What a process proves itself with: the shared secret, and TLS contexts when ``security`` is given."""
+
+    def __init__(self, secret: bytes, security: Security | None = None):
+        self.secret = secret
+        self.security = security
+        self.server_ssl = security.server_context() if security else None
+        self.client_ssl = security.client_context() if security else None
+
+    @classmethod
+    def of(cls, value: "Credentials | bytes") -> "Credentials":
+        return value if isinstance(value, Credentials) else cls(value)
+
+
 def _mac(secret: bytes, tag: bytes, first: bytes, second: bytes) -> bytes:
     return hmac.new(secret, tag + first + second, hashlib.sha256).digest()
 
@@ -66,8 +132,8 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def format_address(host: str, port: int) -> str:
-    return f"tcp://{host}:{port}" if ":" not in host else f"tcp://[{host}]:{port}"
+def format_address(host: str, port: int, scheme: str = "tcp") -> str:
+    return f"{scheme}://{host}:{port}" if ":" not in host else f"{scheme}://[{host}]:{port}"
 
 
 class Comm:
@@ -158,9 +224,10 @@ OnRefused = Callable[[str, str], None]
 class Listener:
     """Accepts connections, authenticates each, then hands the ``Comm`` to ``on_comm``."""
 
-    def __init__(self, secret: bytes, on_comm: OnComm, on_refused: OnRefused,
+    def __init__(self, credentials: Credentials | bytes, on_comm: OnComm, on_refused: OnRefused,
                  max_frame: int = DEFAULT_MAX_FRAME, handshake_timeout: float = HANDSHAKE_TIMEOUT):
-        self.secret = secret
+        self.credentials = Credentials.of(credentials)
+        self.secret = self.credentials.secret
         self.on_comm = on_comm
         self.on_refused = on_refused
         self.max_frame = max_frame
@@ -177,20 +244,25 @@ class Listener:
 
         sockets = bind_sockets(port, address=host, family=socket.AF_INET6 if ":" in host else socket.AF_INET,
                                reuse_port=False)
-        self._server = _Server(max_buffer_size=self.max_frame + HEADER.size)
+        tls = self.credentials.server_ssl
+        self._server = _Server(max_buffer_size=self.max_frame + HEADER.size, ssl_options=tls)
         self._server.add_sockets(sockets)
         bound_host, bound_port = sockets[0].getsockname()[:2]
         advertised = bound_host if bound_host not in ("0.0.0.0", "::") else socket.gethostname()
-        self.address = format_address(advertised, bound_port)
+        self.address = format_address(advertised, bound_port, "tls" if tls else "tcp")
         return self.address
 
     async def _accept(self, stream: IOStream, address: Any) -> None:
         peer = _peer_name(stream, address)
         stream.set_nodelay(True)
         try:
-            await asyncio.wait_for(_server_handshake(stream, self.secret), self.handshake_timeout)
+            await asyncio.wait_for(self._handshake(stream), self.handshake_timeout)
         except AuthError as exc:
             self.on_refused(peer, str(exc))
+            stream.close()
+            return
+        except ssl.SSLError as exc:
+            self.on_refused(peer, f"TLS handshake failed: {exc.reason or exc}")
             stream.close()
             return
         except asyncio.TimeoutError:
@@ -203,21 +275,39 @@ class Listener:
             return
         await self.on_comm(Comm(stream, peer, self.address, self.max_frame))
 
+    async def _handshake(self, stream: IOStream) -> None:
+        if self.credentials.server_ssl is not None:
+            try:
+                await stream.wait_for_handshake()
+            except StreamClosedError as exc:
+                if isinstance(exc.real_error, ssl.SSLError):
+                    raise exc.real_error from None
+                raise
+        await _server_handshake(stream, self.secret)
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop()
 
 
-async def connect(address: str, secret: bytes, *, timeout: float = 10.0,
+async def connect(address: str, credentials: Credentials | bytes, *, timeout: float = 10.0,
                   max_frame: int = DEFAULT_MAX_FRAME) -> Comm:
     """Open an authenticated comm to ``address``; raise CommClosedError if that fails in time."""
+    credentials = Credentials.of(credentials)
     host, port = parse_address(address)
+    tls = address.startswith("tls://")
+    if tls and credentials.client_ssl is None:
+        raise CommClosedError(f"{address} uses TLS: give this process the cluster's TLS settings "
+                              "(--tls-cert/--tls-key/--tls-ca, or security=)")
+    if not tls and credentials.client_ssl is not None:
+        raise CommClosedError(f"refusing a plain connection to {address}: this process is set up for TLS")
 
     async def _open() -> IOStream:
-        stream = await TCPClient().connect(host, port, max_buffer_size=max_frame + HEADER.size)
+        stream = await TCPClient().connect(host, port, max_buffer_size=max_frame + HEADER.size,
+                                           ssl_options=credentials.client_ssl if tls else None)
         stream.set_nodelay(True)
         try:
-            await _client_handshake(stream, secret)
+            await _client_handshake(stream, credentials.secret)
         except BaseException:
             stream.close()
             raise
@@ -229,7 +319,12 @@ async def connect(address: str, secret: bytes, *, timeout: float = 10.0,
         raise
     except asyncio.TimeoutError:
         raise CommClosedError(f"timed out connecting to {address} after {timeout:g}s") from None
+    except ssl.SSLError as exc:
+        raise AuthError(f"TLS handshake with {address} failed: {exc.reason or exc}") from None
     except (StreamClosedError, OSError) as exc:
+        real = getattr(exc, "real_error", None)
+        if isinstance(real, ssl.SSLError):  # the server rejected our certificate (or we its)
+            raise AuthError(f"TLS handshake with {address} failed: {real.reason or real}") from None
         raise CommClosedError(f"could not connect to {address}: {exc}") from None
     local = _peer_name(stream, "")
     try:

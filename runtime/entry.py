@@ -67,18 +67,19 @@ def default_name() -> str:
 
 
 def start_scheduler(*, host: str, port: int, scheduler_file: str | None, log_dir: str | None,
-                    config: dict, watch_parent: int | None = None) -> None:
+                    config: dict, watch_parent: int | None = None, security=None) -> None:
     from kwdiag.runtime.scheduler import run_scheduler
 
     secret = resolve_secret() or secrets.token_bytes(32)
     setup_logging()
     asyncio.run(run_scheduler(secret=secret, config=config, log_dir=log_dir, host=host, port=port,
-                              scheduler_file=scheduler_file, watch_parent=watch_parent))
+                              scheduler_file=scheduler_file, watch_parent=watch_parent, security=security))
 
 
 def start_worker(*, address: str | None, scheduler_file: str | None, nanny: bool, name: str | None,
                  nthreads: int, memory_limit: int | None, lifetime: float | None, host: str,
-                 log_dir: str | None, config: dict, preload: list[str] = (), control_stdin: bool = False) -> None:
+                 log_dir: str | None, config: dict, preload: list[str] = (), control_stdin: bool = False,
+                 security=None) -> None:
     address, secret = resolve_scheduler(address, scheduler_file)
     name = name or default_name()
     setup_logging()
@@ -87,14 +88,15 @@ def start_worker(*, address: str | None, scheduler_file: str | None, nanny: bool
 
         asyncio.run(run_nanny(name=name, scheduler_address=address, secret=secret, config=config, nthreads=nthreads,
                               memory_limit=memory_limit, log_dir=log_dir, host=host, lifetime=lifetime,
-                              preload=list(preload), control_stdin=control_stdin))
+                              preload=list(preload), control_stdin=control_stdin, security=security))
     else:
         from kwdiag.runtime.worker import run_worker
 
         asyncio.run(run_worker(name=name, scheduler_address=address, secret=secret, config=config,
                                nthreads=nthreads, memory_limit=memory_limit, log_dir=log_dir, host=host,
                                nanny_address=None, incarnation=1, lifetime=lifetime, status_fd=None,
-                               control_fd=None, preload=list(preload), control_stdin=control_stdin))
+                               control_fd=None, preload=list(preload), control_stdin=control_stdin,
+                               security=security))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--log-dir")
     s.add_argument("--watch-parent", type=int)
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    _tls_options(s)
     for role in ("worker", "worker-process"):
         w = sub.add_parser(role)
         w.add_argument("--scheduler", dest="address")
@@ -120,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         w.add_argument("--preload", action="append", default=[])
         w.add_argument("--control-stdin", action="store_true", help="read 'close REASON' lines on stdin; EOF closes")
         w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+        _tls_options(w)
         if role == "worker":
             w.add_argument("--no-nanny", action="store_true")
         else:
@@ -128,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
             w.add_argument("--status-fd", type=int)
             w.add_argument("--control-fd", type=int)
     return parser
+
+
+def _tls_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
+    parser.add_argument("--tls-ca")
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -144,9 +154,12 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
         config = config_mod.load(_overrides(args.set))
+        from kwdiag.runtime.comm import Security
+
+        security = Security.from_options(args.tls_cert, args.tls_key, args.tls_ca)
         if args.role == "scheduler":
             start_scheduler(host=args.host, port=args.port, scheduler_file=args.scheduler_file, log_dir=args.log_dir,
-                            config=config, watch_parent=args.watch_parent)
+                            config=config, watch_parent=args.watch_parent, security=security)
             return
         memory_limit = config_mod.parse_bytes(args.memory_limit)
         lifetime = config_mod.parse_timedelta(args.lifetime)
@@ -154,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
             start_worker(address=args.address, scheduler_file=args.scheduler_file, nanny=not args.no_nanny,
                          name=args.name, nthreads=args.nthreads, memory_limit=memory_limit, lifetime=lifetime,
                          host=args.host, log_dir=args.log_dir, config=config, preload=args.preload,
-                         control_stdin=args.control_stdin)
+                         control_stdin=args.control_stdin, security=security)
             return
         # worker-process: the child of a nanny
         from kwdiag.runtime.worker import run_worker
@@ -165,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
                                config=config, nthreads=args.nthreads, memory_limit=memory_limit,
                                log_dir=args.log_dir, host=args.host, nanny_address=args.nanny_address,
                                incarnation=args.incarnation, lifetime=lifetime, status_fd=args.status_fd,
-                               control_fd=args.control_fd, preload=args.preload))
+                               control_fd=args.control_fd, preload=args.preload, security=security))
     except (StartupError, ValueError) as exc:
         print(f"kwdiag: error: {exc}", file=sys.stderr)
         sys.exit(2)

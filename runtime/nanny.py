@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from kwdiag.runtime import versions as versions_mod
-from kwdiag.runtime.comm import Listener
+from kwdiag.runtime.comm import Credentials, Listener, Security
 from kwdiag.runtime.core import Stream, background, watch_control_pipe
 from kwdiag.runtime.record import Recorder
 from kwdiag.runtime.config import format_bytes
@@ -62,8 +62,11 @@ def _tree_rss(pid: int) -> int | None:
 class Nanny:
     def __init__(self, *, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int = 1,
                  memory_limit: int | None = None, log_dir: str | None = None, host: str = "127.0.0.1",
-                 lifetime: float | None = None, preload: list[str] = (), worker_env: dict | None = None):
+                 lifetime: float | None = None, preload: list[str] = (), worker_env: dict | None = None,
+                 security: Security | None = None):
         self.name = name
+        self.security = security
+        self.credentials = Credentials(secret, security)
         self.scheduler_address = scheduler_address
         self.secret = secret
         self.config = config
@@ -97,7 +100,7 @@ class Nanny:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        self._listener = Listener(self.secret, self._on_comm, self._on_refused)
+        self._listener = Listener(self.credentials, self._on_comm, self._on_refused)
         self.address = await self._listener.start(self.host, 0)
         self.rec.event("nanny-start", f"        Start Nanny at: {self.address!r}", address=self.address,
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction, pid=os.getpid(),
@@ -141,6 +144,8 @@ class Nanny:
             cmd += ["--lifetime", str(self.lifetime)]
         for module in self.preload:
             cmd += ["--preload", module]
+        if self.security:
+            cmd += self.security.args()
         env = {**os.environ, **self.worker_env, "KWDIAG_SECRET": self.secret.hex()}
         self.proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,

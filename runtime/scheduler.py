@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from kwdiag.runtime import versions as versions_mod
-from kwdiag.runtime.comm import CommClosedError, Listener, connect
+from kwdiag.runtime.comm import CommClosedError, Credentials, Listener, Security, connect
 from kwdiag.runtime.core import Stream, background
 from kwdiag.runtime.record import Recorder
 
@@ -94,8 +94,9 @@ class WorkerState:
 
 class Scheduler:
     def __init__(self, *, secret: bytes, config: dict, log_dir: str | None, host: str = "127.0.0.1", port: int = 0,
-                 scheduler_file: str | None = None):
+                 scheduler_file: str | None = None, security: Security | None = None):
         self.secret = secret
+        self.credentials = Credentials(secret, security)
         self.config = config
         self.host, self.port = host, port
         self.scheduler_file = scheduler_file
@@ -143,7 +144,7 @@ class Scheduler:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> str:
-        self._listener = Listener(self.secret, self._on_comm, self._on_refused)
+        self._listener = Listener(self.credentials, self._on_comm, self._on_refused)
         self.address = await self._listener.start(self.host, self.port)
         self.rec.event("process-start", f"Scheduler process {os.getpid()} starting", role="scheduler",
                        address=self.address, versions=self.versions,
@@ -655,7 +656,7 @@ class Scheduler:
 
     async def _nanny_request(self, nanny: str, op: str, timeout: float = 30.0, **fields: Any) -> Any:
         try:
-            comm = await connect(nanny, self.secret, timeout=self.config["connect_timeout"])
+            comm = await connect(nanny, self.credentials, timeout=self.config["connect_timeout"])
         except CommClosedError as exc:
             logger.warning("Could not reach nanny %s: %s", nanny, exc)
             return None
@@ -897,9 +898,10 @@ def write_scheduler_file(path: str, address: str, secret: bytes) -> None:
 
 
 async def run_scheduler(*, secret: bytes, config: dict, log_dir: str | None, host: str, port: int,
-                        scheduler_file: str | None, watch_parent: int | None = None) -> None:
+                        scheduler_file: str | None, watch_parent: int | None = None,
+                        security: Security | None = None) -> None:
     scheduler = Scheduler(secret=secret, config=config, log_dir=log_dir, host=host, port=port,
-                          scheduler_file=scheduler_file)
+                          scheduler_file=scheduler_file, security=security)
     await scheduler.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

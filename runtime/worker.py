@@ -28,7 +28,7 @@ from typing import Any
 import cloudpickle
 
 from kwdiag.runtime import versions as versions_mod
-from kwdiag.runtime.comm import CommClosedError, Listener, connect
+from kwdiag.runtime.comm import CommClosedError, Credentials, Listener, Security, connect
 from kwdiag.runtime.core import RemoteError, Stream, background, watch_control_pipe
 from kwdiag.runtime.record import Recorder
 
@@ -65,8 +65,9 @@ class Worker:
     def __init__(self, *, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int = 1,
                  memory_limit: int | None = None, log_dir: str | None = None, host: str = "127.0.0.1",
                  nanny_address: str | None = None, incarnation: int = 1, lifetime: float | None = None,
-                 status_fd: int | None = None, control_fd: int | None = None):
+                 status_fd: int | None = None, control_fd: int | None = None, security: Security | None = None):
         self.name = name
+        self.credentials = Credentials(secret, security)
         self.scheduler_address = scheduler_address
         self.secret = secret
         self.config = config
@@ -107,7 +108,7 @@ class Worker:
 
     # ---------------------------------------------------------------- start and registration
     async def start(self) -> None:
-        self._listener = Listener(self.secret, self._on_peer, self._on_refused)
+        self._listener = Listener(self.credentials, self._on_peer, self._on_refused)
         self.address = await self._listener.start(self.host, 0)
         self._tell_nanny(f"A {self.address}")
         self.rec.event("worker-start", f"      Start worker at: {self.address:>26}", address=self.address,
@@ -138,7 +139,7 @@ class Worker:
         lost_at = time.monotonic()
         while True:
             try:
-                comm = await connect(self.scheduler_address, self.secret,
+                comm = await connect(self.scheduler_address, self.credentials,
                                      timeout=max(0.5, min(5.0, deadline - time.monotonic())))
                 break
             except CommClosedError as exc:
@@ -266,7 +267,7 @@ class Worker:
     async def _peer(self, address: str) -> Stream:
         stream = self.peers.get(address)
         if stream is None or stream.closed:
-            comm = await connect(address, self.secret, timeout=self.config["connect_timeout"])
+            comm = await connect(address, self.credentials, timeout=self.config["connect_timeout"])
             stream = Stream(comm, self.peer_handlers)
             background(stream.run())
             self.peers[address] = stream
@@ -465,7 +466,7 @@ def _execute(spec: bytes, values: dict) -> tuple[str, Any]:
 async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int,
                      memory_limit: int | None, log_dir: str | None, host: str, nanny_address: str | None,
                      incarnation: int, lifetime: float | None, status_fd: int | None, control_fd: int | None,
-                     preload: list[str] = (), control_stdin: bool = False) -> None:
+                     preload: list[str] = (), control_stdin: bool = False, security: Security | None = None) -> None:
     import faulthandler
     import importlib
 
@@ -473,7 +474,8 @@ async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config
     faulthandler.enable()
     worker = Worker(name=name, scheduler_address=scheduler_address, secret=secret, config=config, nthreads=nthreads,
                     memory_limit=memory_limit, log_dir=log_dir, host=host, nanny_address=nanny_address,
-                    incarnation=incarnation, lifetime=lifetime, status_fd=status_fd, control_fd=control_fd)
+                    incarnation=incarnation, lifetime=lifetime, status_fd=status_fd, control_fd=control_fd,
+                    security=security)
     try:
         for module in preload:
             logger.info("Import preload module: %s", module)
