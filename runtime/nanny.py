@@ -100,7 +100,7 @@ class Nanny:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        self._listener = Listener(self.credentials, self._on_comm, self._on_refused)
+        self._listener = Listener(self.credentials, self._on_comm, self.rec.refused)
         self.address = await self._listener.start(self.host, 0)
         self.rec.event("nanny-start", f"        Start Nanny at: {self.address!r}", address=self.address,
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction, pid=os.getpid(),
@@ -109,15 +109,7 @@ class Nanny:
         background(self._monitor_memory())
 
     async def _on_comm(self, comm) -> None:
-        await Stream(comm, self.handlers, on_bad_frame=self._on_bad_frame).run()
-
-    def _on_refused(self, peer: str, reason: str) -> None:
-        self.rec.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
-                       reason=reason)
-
-    def _on_bad_frame(self, stream: Stream, reason: str) -> None:
-        self.rec.event("bad-frame", f"Closing connection from {stream.peer}: {reason}", level="error",
-                       peer=stream.peer, reason=reason)
+        await Stream(comm, self.handlers, on_bad_frame=self.rec.bad_frame).run()
 
     async def spawn(self) -> None:
         if self.proc is not None and self.proc.returncode is None:

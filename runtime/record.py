@@ -60,6 +60,17 @@ class Recorder:
                     self.logger.error("Could not record event %r in %s: %s (%d event(s) lost so far)", kind,
                                       self.writer.path, exc.strerror or exc, self.lost)
 
+    # The two ways a connection can be turned away, recorded alike by every server (scheduler, worker, nanny).
+    def refused(self, peer: str, reason: str) -> None:
+        """A peer failed authentication (shared secret or TLS): nothing it sent was unpickled."""
+        self.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
+                   reason=reason)
+
+    def bad_frame(self, stream: Any, reason: str) -> None:
+        """An authenticated peer sent a frame that is not a kwdiag frame; that connection was closed."""
+        self.event("bad-frame", f"Closing connection from {stream.peer}: {reason}", level="error",
+                   peer=stream.peer, reason=reason)
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()

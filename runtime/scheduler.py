@@ -144,7 +144,7 @@ class Scheduler:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> str:
-        self._listener = Listener(self.credentials, self._on_comm, self._on_refused)
+        self._listener = Listener(self.credentials, self._on_comm, self.rec.refused)
         self.address = await self._listener.start(self.host, self.port)
         self.rec.event("process-start", f"Scheduler process {os.getpid()} starting", role="scheduler",
                        address=self.address, versions=self.versions,
@@ -177,16 +177,8 @@ class Scheduler:
         self.rec.close()
         self._closed.set()
 
-    def _on_refused(self, peer: str, reason: str) -> None:
-        self.rec.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
-                       reason=reason)
-
-    def _on_bad_frame(self, stream: Stream, reason: str) -> None:
-        self.rec.event("bad-frame", f"Closing connection from {stream.peer}: {reason}", level="error",
-                       peer=stream.peer, reason=reason)
-
     async def _on_comm(self, comm) -> None:
-        stream = Stream(comm, self.handlers, on_close=self._on_stream_closed, on_bad_frame=self._on_bad_frame)
+        stream = Stream(comm, self.handlers, on_close=self._on_stream_closed, on_bad_frame=self.rec.bad_frame)
         await stream.run()
 
     def _on_stream_closed(self, stream: Stream) -> None:

@@ -108,7 +108,7 @@ class Worker:
 
     # ---------------------------------------------------------------- start and registration
     async def start(self) -> None:
-        self._listener = Listener(self.credentials, self._on_peer, self._on_refused)
+        self._listener = Listener(self.credentials, self._on_peer, self.rec.refused)
         self.address = await self._listener.start(self.host, 0)
         self._tell_nanny(f"A {self.address}")
         self.rec.event("worker-start", f"      Start worker at: {self.address:>26}", address=self.address,
@@ -121,16 +121,8 @@ class Worker:
         if self.lifetime:
             asyncio.get_running_loop().call_later(self.lifetime, lambda: background(self.close("lifetime")))
 
-    def _on_refused(self, peer: str, reason: str) -> None:
-        self.rec.event("auth-refused", f"Refused connection from {peer}: {reason}", level="warning", peer=peer,
-                       reason=reason)
-
-    def _on_bad_frame(self, stream: Stream, reason: str) -> None:
-        self.rec.event("bad-frame", f"Closing connection from {stream.peer}: {reason}", level="error",
-                       peer=stream.peer, reason=reason)
-
     async def _on_peer(self, comm) -> None:
-        await Stream(comm, self.peer_handlers, on_bad_frame=self._on_bad_frame).run()
+        await Stream(comm, self.peer_handlers, on_bad_frame=self.rec.bad_frame).run()
 
     async def _connect_scheduler(self, first: bool) -> None:
         timeout = self.config["connect_timeout"] if first else self.config["reconnect_timeout"]
@@ -154,7 +146,7 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
         stream = Stream(comm, self.scheduler_handlers, on_close=self._on_scheduler_closed,
-                        on_bad_frame=self._on_bad_frame)
+                        on_bad_frame=self.rec.bad_frame)
         reader = background(stream.run())
         # Bind before registering: the scheduler may send work right after it registers us, before we
         # read its reply, and "started" must reach it for blame to be right. One stream keeps order.
