@@ -287,3 +287,14 @@ def test_cli_on_junk_exits_with_a_documented_code(tmp_path, command):
             assert line.startswith(("kwdiag: error: ", "kwdiag: warning: ")), (what, line)
         if what == "non-UTF-8 file name":
             assert r.returncode in (0, 1) and "w\ufffd\ufffd.log" in r.stdout.decode("utf-8")
+
+
+def test_report_data_from_jsonl_has_no_lone_surrogates(tmp_path):
+    """Protection: ``readers.text._no_lone_surrogates`` -- a ``\\ud800`` escape in a JSONL event becomes U+FFFD,
+    so the ``Report`` a Python caller gets can be printed or encoded (not only kwdiag's own outputs)."""
+    p = tmp_path / "e.jsonl"
+    p.write_text('{"v": 1, "ts": 5, "source": "nanny", "kind": "worker-exit", "worker": "w\\ud800x", '
+                 '"fields": {"exitcode": -9, "signal": 9, "key": "k\\udfff", "ok": "\\ud83d\\ude00 \\\\ud800"}}\n')
+    r = analyze([str(p)], rules=RULES)
+    assert [d.worker for d in r.deaths] == ["w\ufffdx"]
+    json.dumps(r.to_dict(), ensure_ascii=False).encode("utf-8")
