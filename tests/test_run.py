@@ -233,7 +233,7 @@ def test_options_come_from_flags_then_environment_then_config_file(tmp_path, mon
 def test_usage_errors(tmp_path):
     for args, message in ((["run", "missing.py"], b"no such job script"),
                           (["run", "--workers", "0", "x.py"], b"bad value for workers"),
-                          (["run", "--log-dir", "/proc/kwdiag-cannot-write", "x.py"], b"cannot write the run directory"),
+                          (["run", "--log-dir", "/proc/kwdiag-cannot-write", "x.py"], b"cannot use the run directory"),
                           (["run", "--fail-on", "bogus", "x.py"], b"unknown cause")):
         (tmp_path / "x.py").write_text("print('hi')\n")
         result = run_kwdiag(args, tmp_path)
