@@ -24,6 +24,9 @@ logger = logging.getLogger("kwdiag.comm")
 
 Handler = Callable[["Stream", dict], Any]
 
+# The worker's exit status when the scheduler refused it (EX_CONFIG): restarting it would not help.
+EXIT_REFUSED = 78
+
 _BACKGROUND: set[asyncio.Task] = set()
 
 

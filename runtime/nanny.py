@@ -24,13 +24,12 @@ from typing import Any
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import Credentials, Listener, Security
-from kwdiag.runtime.core import Stream, background, watch_control_pipe
+from kwdiag.runtime.core import EXIT_REFUSED, Stream, background, watch_control_pipe
 from kwdiag.runtime.record import Recorder
 from kwdiag.runtime.config import format_bytes
 
 logger = logging.getLogger("kwdiag.nanny")
 
-EXIT_REFUSED = 78
 SAMPLES_KEPT_SECONDS = 30.0
 STDERR_TAIL_LINES = 100  # room for a faulthandler dump of a few threads
 

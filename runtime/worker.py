@@ -29,12 +29,10 @@ import cloudpickle
 
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import CommClosedError, Credentials, Listener, Security, connect
-from kwdiag.runtime.core import RemoteError, Stream, background, watch_control_pipe
+from kwdiag.runtime.core import EXIT_REFUSED, RemoteError, Stream, background, watch_control_pipe
 from kwdiag.runtime.record import Recorder
 
 logger = logging.getLogger("kwdiag.worker")
-
-EXIT_REFUSED = 78  # EX_CONFIG: the scheduler refused us (version mismatch); restarting will not help
 
 
 def dumps(obj: Any) -> bytes:

@@ -185,7 +185,10 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
         while job.poll() is None:
             try:
                 time.sleep(POLL)
-                if tail.poll() or announcer.first_seen.keys() - announcer.announced:
+                # Analysis is re-run only when a death may have happened (or one awaits its nanny's record),
+                # not for every event: a busy run writes many events that are not about deaths.
+                new = tail.poll()
+                if any(e.kind in DEATH_KINDS for e in new) or announcer.first_seen.keys() - announcer.announced:
                     for line in announcer.lines(tail.events):
                         view.death(line)
                 info = client.scheduler_info()
