@@ -257,3 +257,24 @@ def test_demo_diagnoses_every_death_correctly(tmp_path):
     err = result.stderr.decode()
     assert err.count("blame looks fair") == 2                     # memory-hog and segfault: KilledWorker, fairly
     assert "kwdiag_demo_plugin_not_installed" in err              # the fix names the missing module
+
+
+def test_the_secret_never_reaches_the_run_directory_or_the_output(tmp_path):
+    keeper = tmp_path / "secret.txt"  # outside the run directory
+    (tmp_path / "job.py").write_text(textwrap.dedent(f'''
+        import json, os
+        from kwdiag.runtime import Client
+        with open(os.environ["KWDIAG_SCHEDULER_FILE"]) as f:
+            secret = json.load(f)["secret"]
+        open({str(keeper)!r}, "w").write(secret)
+        client = Client()
+        print(client.submit(sum, [1, 2]).result())
+    '''))
+    result = run_kwdiag(["run", "--memory-limit", "1GiB", "--log-dir", str(tmp_path / "run"), "job.py"], tmp_path)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    secret = keeper.read_text()
+    assert len(secret) == 64
+    assert secret.encode() not in result.stdout + result.stderr
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
