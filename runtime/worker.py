@@ -90,7 +90,6 @@ class Worker:
         self.peers: dict[str, Stream] = {}
         self.closing: str | None = None
         self.closing_requested: str | None = None
-        self._done = asyncio.Event()
         self._listener: Listener | None = None
         self.versions = versions_mod.collect(config["versions_packages"])
         self.peer_handlers = {"get-data": self.handle_get_data}
@@ -498,4 +497,4 @@ async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config
         worker.rec.event("worker-fatal", f"Unable to connect to scheduler: {exc}", level="error",
                          exception="CommClosedError", error=str(exc))
         worker._exit(1)
-    await worker._done.wait()
+    await asyncio.Event().wait()  # serve until the worker leaves: every way out ends in Worker._exit (os._exit)

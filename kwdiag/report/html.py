@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import html
 import math
-import time
 
 from kwdiag.analysis.model import Death, MemoryTrace, Report
 from kwdiag.report.sparkline import fmt_bytes
@@ -106,12 +105,6 @@ def fmt_dur(sec: float) -> str:
     return f"{sign}{h}h{r:02d}m"
 
 
-def _utc(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1000):03d} UTC"
-
-
 def _f(x: float) -> str:
     return f"{x:.1f}"
 
@@ -155,7 +148,7 @@ def timeline_svg(report: Report) -> str:
         out.append(f'<text class="small" x="{_f(xx)}" y="{height - 14}" text-anchor="middle">'
                    f'{esc(fmt_dur(k * step))}</text>')
         k += 1
-    out.append(f'<text class="small" x="{TL_LEFT}" y="14">time since {esc(_utc(t0))}</text>')
+    out.append(f'<text class="small" x="{TL_LEFT}" y="14">time since {esc(when(t0, utc=True))}</text>')
     for row, w in enumerate(workers):
         y = TL_TOP + row * TL_ROW
         out.append(f'<g class="worker-row" data-worker="{esc(w, 200)}">')
@@ -170,9 +163,9 @@ def timeline_svg(report: Report) -> str:
             hit = deaths.get((s.worker, s.incarnation))
             d = hit[1] if hit else None
             fill = _colour(d.cause) if d else ALIVE
-            state = (f"{d.cause}/{d.detail} at {_utc(d.at)}" if d else
+            state = (f"{d.cause}/{d.detail} at {when(d.at, utc=True)}" if d else
                      ("ended" if s.ended is not None else "alive when the logs end"))
-            tip = f"{s.worker} #{s.incarnation} ({s.address or 'no address'}): {_utc(s.started)} to {state}"
+            tip = f"{s.worker} #{s.incarnation} ({s.address or 'no address'}): {when(s.started, utc=True)} to {state}"
             out.append(f'<rect class="incarnation" data-incarnation="{s.incarnation}" x="{_f(x0)}" y="{y + 5}" '
                        f'width="{_f(x1 - x0)}" height="{TL_ROW - 14}" rx="3" fill="{fill}" fill-opacity="0.35" '
                        f'stroke="{fill}"><title>{esc(tip, 600)}</title></rect>')
@@ -184,7 +177,7 @@ def timeline_svg(report: Report) -> str:
                 marks.append(f'<circle class="kw-counted" cx="{_f(cx)}" cy="{_f(cy)}" r="10" fill="none" '
                              f'stroke="#212529" stroke-width="2"/>')
             pts = f"{_f(cx)},{_f(cy - 7)} {_f(cx + 7)},{_f(cy)} {_f(cx)},{_f(cy + 7)} {_f(cx - 7)},{_f(cy)}"
-            tip = f"{d.worker} #{d.incarnation}: {d.cause}/{d.detail} at {_utc(d.at)}, confidence {conf(d.confidence)}"
+            tip = f"{d.worker} #{d.incarnation}: {d.cause}/{d.detail} at {when(d.at, utc=True)}, confidence {conf(d.confidence)}"
             marks.append(f'<a href="#death-{i}"><polygon class="death-marker" data-cause="{esc(d.cause)}" '
                          f'data-worker="{esc(d.worker, 200)}" points="{pts}" fill="{_colour(d.cause)}" stroke="#fff" '
                          f'stroke-width="1"><title>{esc(tip, 600)}</title></polygon></a>')
@@ -196,7 +189,7 @@ def timeline_svg(report: Report) -> str:
         out.append(f'<g class="killed-worker"><line x1="{_f(xx)}" y1="{TL_TOP - 10}" x2="{_f(xx)}" '
                    f'y2="{height - 30}" stroke="#212529" stroke-width="2" stroke-dasharray="5 3"/>'
                    f'<text x="{_f(min(xx + 4, TL_WIDTH - 200))}" y="{TL_TOP - 14}">'
-                   f'<title>{esc(f"KilledWorker: {kw.task} at {_utc(kw.at)}", 600)}</title>'
+                   f'<title>{esc(f"KilledWorker: {kw.task} at {when(kw.at, utc=True)}", 600)}</title>'
                    f'KilledWorker: {esc(kw.task, 28)}</text></g>')
     out.append('<g class="deaths">' + "".join(marks) + '</g></svg>')
     return "".join(out)
@@ -409,8 +402,8 @@ def render_html(report: Report, title: str = "kwdiag explain") -> str:
              f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{esc(title)}</h1>",
              f'<p class="meta">{len(report.files)} file(s), {report.events} events, '
-             f'{esc(", ".join(report.runtimes) or "unknown")} logs, from {esc(_utc(report.first_ts))} to '
-             f'{esc(_utc(report.last_ts))}</p>',
+             f'{esc(", ".join(report.runtimes) or "unknown")} logs, from {esc(when(report.first_ts, utc=True))} to '
+             f'{esc(when(report.last_ts, utc=True))}</p>',
              f'<p class="verdict{"" if fails else " ok"}" id="verdict">{esc(report.verdict(), 2000)}</p>']
     if report.deaths:
         rows = []

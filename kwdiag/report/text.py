@@ -27,10 +27,12 @@ def safe(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def when(ts: float | None) -> str:
+def when(ts: float | None, *, utc: bool = False) -> str:
+    """``2026-11-21 09:53:19.534`` in local time (or UTC, suffixed so); ``-`` when unknown."""
     if ts is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", (time.gmtime if utc else time.localtime)(ts))
+    return stamp + f".{int((ts % 1) * 1000):03d}" + (" UTC" if utc else "")
 
 
 def conf(c: float) -> str:
