@@ -14,7 +14,7 @@ seeded chaos loop picks a random worker every few seconds and does one of:
 Every result is checked against the same arithmetic done locally. Prints: tasks, faults injected,
 faults diagnosed correctly, results wrong (must be 0), deaths nobody injected (must be 0), time.
 
-    python bench/chaos_soak.py [--tasks 10000] [--seed 1] [--every 2] [--task-ms 10]
+    python bench/chaos_soak.py [--tasks 10000] [--seed 1] [--every 2] [--task-ms 10] [--max-faults 30]
 """
 
 from __future__ import annotations
@@ -71,8 +71,11 @@ class Fault:
 
 
 class Chaos(threading.Thread):
-    def __init__(self, client, seed: int, every: float, scratch: str, kinds: list[str] | None = None):
+    def __init__(self, client, seed: int, every: float, scratch: str, kinds: list[str] | None = None,
+                 max_faults: int = 30):
         super().__init__(daemon=True)
+        # Bounded: faults arriving faster than the graph recovers could otherwise keep it from finishing.
+        self.max_faults = max_faults
         self.script = list(kinds or [])  # fault kinds to inject in this order; random when empty
         self.client = client
         self.random = random.Random(seed)
@@ -83,7 +86,9 @@ class Chaos(threading.Thread):
         self.bombs: list = []
 
     def run(self) -> None:
-        while not self.stop_event.wait(self.every * self.random.uniform(0.6, 1.4)):
+        while len(self.faults) < self.max_faults:
+            if self.stop_event.wait(self.every * self.random.uniform(0.6, 1.4)):
+                return
             try:
                 self.inject()
             except Exception as exc:  # the client may be between states; try again next round
@@ -129,7 +134,7 @@ class Chaos(threading.Thread):
 
 
 def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str | None = None,
-         kinds: list[str] | None = None) -> dict:
+         kinds: list[str] | None = None, max_faults: int = 30) -> dict:
     from kwdiag.analysis import analyze
     from kwdiag.runtime import Client, LocalCluster
 
@@ -139,7 +144,7 @@ def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str 
     with LocalCluster(n_workers=3, threads_per_worker=2, memory_limit="400MiB", log_dir=log_dir,
                       scheduler_kwargs={"allowed_failures": 50, "worker_ttl": f"{TTL}s",
                                         "heartbeat_interval": "0.25s"}) as cluster, Client(cluster) as client:
-        chaos = Chaos(client, seed, every, log_dir, kinds)
+        chaos = Chaos(client, seed, every, log_dir, kinds, max_faults)
         chaos.start()
         xs = client.map(leaf, range(n_leaves))
         ys = [client.submit(add, xs[i], xs[i + 1]) for i in range(n_leaves - 1)]
@@ -196,6 +201,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--every", type=float, default=2.0, help="mean seconds between faults")
     parser.add_argument("--task-ms", type=float, default=10.0, help="how long each leaf and pair task sleeps")
+    parser.add_argument("--max-faults", type=int, default=30, help="stop injecting after this many faults")
     args = parser.parse_args()
     os.environ["KWDIAG_SOAK_TASK_MS"] = str(args.task_ms)  # the workers inherit it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -203,7 +209,7 @@ def main() -> None:
                                                              os.environ.get("PYTHONPATH")]))
     import chaos_soak  # task functions pickle by reference to this module, importable by the workers
 
-    r = chaos_soak.soak(args.tasks, args.seed, args.every)
+    r = chaos_soak.soak(args.tasks, args.seed, args.every, max_faults=args.max_faults)
     print(f"tasks                {r['tasks']:,}")
     print(f"faults injected      {r['faults']}  {r['by_kind']}")
     print(f"faults diagnosed     {r['diagnosed']} of {r['faults']} correctly")
