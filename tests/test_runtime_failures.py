@@ -113,8 +113,11 @@ def test_missed_heartbeats_remove_a_hung_worker_and_its_nanny_replaces_it(log_di
             except ProcessLookupError:  # its nanny has already killed it, as it should
                 pass
         assert removed.fields["how"] == "heartbeat-timeout"
-        assert 1.0 <= removed.ts - stopped_at < 1.0 + 0.2 + 1.0   # the ttl, one heartbeat, and slack for a busy box
+        # The silence the ttl measures began at the worker's last heartbeat, which precedes the SIGSTOP by an
+        # interval or more on a busy box (CI once saw 0.96 s from the stop), so "not removed too early" is
+        # checked on the scheduler's own measure of the silence, and the stop only bounds it from above.
         assert removed.fields["noticed_after"] >= 1.0
+        assert removed.ts - stopped_at < 1.0 + 0.2 + 1.0   # the ttl, one heartbeat, and slack for a busy box
         exit_event = wait_for_event(log_dir, "worker-exit", pid=pid)[0]
         assert exit_event.fields["caused_by"] == "heartbeat-timeout" and exit_event.fields["signal_name"] == "SIGKILL"
         wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="replacement registered")
