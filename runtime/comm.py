@@ -277,6 +277,12 @@ class Listener:
 
     async def _handshake(self, stream: IOStream) -> None:
         if self.credentials.server_ssl is not None:
+            if stream.closed():
+                # The TLS handshake already failed while this coroutine waited for its turn on the loop;
+                # tornado resolves wait_for_handshake() only on a close that comes after it, so it would hang.
+                if isinstance(stream.error, ssl.SSLError):
+                    raise stream.error
+                raise StreamClosedError(real_error=stream.error)
             try:
                 await stream.wait_for_handshake()
             except StreamClosedError as exc:

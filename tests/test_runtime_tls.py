@@ -117,3 +117,34 @@ def test_tls_options_are_checked():
         Security.from_options("a.pem", None, None)
     with pytest.raises(ValueError, match="no such file"):
         Security("/nonexistent.pem", "/nonexistent.key", "/nonexistent-ca.pem")
+
+
+def test_a_tls_handshake_that_fails_before_the_server_looks_is_still_refused_at_once(pki):
+    """Regression: a handshake that failed while the accept coroutine waited for its turn on the loop left
+    tornado's wait_for_handshake() unresolved, so a refusal was logged 5 s late as a timeout (seen under load).
+    Here the failure is made to come first on purpose: garbage instead of a ClientHello on a real socket."""
+    import asyncio
+
+    from tornado.iostream import SSLIOStream
+
+    from kwdiag.runtime.comm import Credentials, Listener
+
+    async def scenario():
+        credentials = Credentials(b"s" * 32, pki["cluster"])
+        listener = Listener(credentials, on_comm=None, on_refused=None)
+        server_end, client_end = socket.socketpair()
+        client_end.sendall(b"GET / HTTP/1.1\r\n\r\n" * 8)
+        wrapped = credentials.server_ssl.wrap_socket(server_end, server_side=True, do_handshake_on_connect=False)
+        stream = SSLIOStream(wrapped)   # as tornado's TCPServer makes it for an accepted connection
+        for _ in range(500):   # wait on the condition (the failed handshake closed the stream), 10 s at most
+            if stream.closed():
+                break
+            await asyncio.sleep(0.02)
+        assert stream.closed()
+        try:
+            with pytest.raises(ssl.SSLError):
+                await asyncio.wait_for(listener._handshake(stream), 10)
+        finally:
+            client_end.close()
+
+    asyncio.run(scenario())
