@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-TTL = 2.0
+TTL = 2.0  # the soak's worker time-to-live by default; the suite's shorter soak passes a roomier one
 EXPECTED = {"sigkill": ("sudden_exit", "sigkill"), "sigterm": ("sudden_exit", "sigterm"),
             "stop-long": ("sudden_exit", "heartbeat_timeout"), "memory": ("nanny_memory_restart", "memory_limit")}
 
@@ -57,9 +57,10 @@ def bomb(marker):
         return "spared"
     open(marker, "w").close()
     blocks = []
-    while True:
+    for _ in range(48):  # 1.2 GiB at most, well past the 400 MiB limit: never a job for the kernel's OOM killer
         blocks.append(bytearray(25 * 2**20))
         time.sleep(0.02)
+    time.sleep(600)  # hold it until the nanny acts
 
 
 @dataclass
@@ -72,8 +73,9 @@ class Fault:
 
 class Chaos(threading.Thread):
     def __init__(self, client, seed: int, every: float, scratch: str, kinds: list[str] | None = None,
-                 max_faults: int = 30):
+                 max_faults: int = 30, ttl: float = TTL):
         super().__init__(daemon=True)
+        self.ttl = ttl
         # Bounded: faults arriving faster than the graph recovers could otherwise keep it from finishing.
         self.max_faults = max_faults
         self.script = list(kinds or [])  # fault kinds to inject in this order; random when empty
@@ -110,13 +112,16 @@ class Chaos(threading.Thread):
                 os.kill(pid, signal.SIGKILL)
             elif kind == "sigterm":
                 os.kill(pid, signal.SIGTERM)
-            elif kind in ("stop-long", "stop-short"):
+            elif kind == "stop-long":
                 os.kill(pid, signal.SIGSTOP)
-                self.stop_event.wait(TTL + 1.5 if kind == "stop-long" else TTL / 4)
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass  # its nanny killed it after the scheduler gave up on it: as expected
+                try:  # held until the scheduler gives up on it, even if the job ends meanwhile
+                    self.wait_until_removed(pid)
+                finally:
+                    self.resume(pid)
+            elif kind == "stop-short":
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(self.ttl / 4)
+                self.resume(pid)
             elif kind == "memory":
                 marker = os.path.join(self.scratch, f"bomb-{len(self.faults)}")
                 future = self.client.submit(bomb, marker, workers=[name], pure=False, priority=10)
@@ -133,8 +138,23 @@ class Chaos(threading.Thread):
         self.faults.append(Fault(kind, name, pid, at))
 
 
+    def wait_until_removed(self, pid: int, deadline: float = 120.0) -> None:
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            if all(i["pid"] != pid for i in self.client.scheduler_info()["workers"].values()):
+                return
+            time.sleep(0.1)
+
+    @staticmethod
+    def resume(pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # its nanny killed it after the scheduler gave up on it: as expected
+
+
 def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str | None = None,
-         kinds: list[str] | None = None, max_faults: int = 30) -> dict:
+         kinds: list[str] | None = None, max_faults: int = 30, ttl: float = TTL) -> dict:
     from kwdiag.analysis import analyze
     from kwdiag.runtime import Client, LocalCluster
 
@@ -142,15 +162,17 @@ def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str 
     n_leaves = max(10, (n_tasks - 1) * 100 // 201)  # leaves + pairs + chunk sums + total ~= n_tasks
     log_dir = log_dir or tempfile.mkdtemp(prefix="kwdiag-soak-")
     with LocalCluster(n_workers=3, threads_per_worker=2, memory_limit="400MiB", log_dir=log_dir,
-                      scheduler_kwargs={"allowed_failures": 50, "worker_ttl": f"{TTL}s",
+                      scheduler_kwargs={"allowed_failures": 50, "worker_ttl": f"{ttl}s",
                                         "heartbeat_interval": "0.25s"}) as cluster, Client(cluster) as client:
-        chaos = Chaos(client, seed, every, log_dir, kinds, max_faults)
+        chaos = Chaos(client, seed, every, log_dir, kinds, max_faults, ttl)
         chaos.start()
         xs = client.map(leaf, range(n_leaves))
         ys = [client.submit(add, xs[i], xs[i + 1]) for i in range(n_leaves - 1)]
         chunks = [client.submit(total, *ys[j:j + 100]) for j in range(0, len(ys), 100)]
         final = client.submit(total, *chunks)
         answer = final.result(timeout=1800)
+        if kinds:  # a scripted run injects every fault it promised, even if the graph finished first
+            chaos.join(timeout=600)
         chaos.stop_event.set()
         chaos.join()
         got_x, got_y, got_chunks = client.gather(xs), client.gather(ys), client.gather(chunks)

@@ -115,6 +115,7 @@ class Scheduler:
         self._listener: Listener | None = None
         self._ttl_task: asyncio.Task | None = None
         self._closed = asyncio.Event()
+        self._closing = False  # close() has begun: a connection dropping now is part of the close
         self.closing_cluster = False
         self.counters = {"submitted": 0, "finished": 0, "erred": 0}  # cumulative, for progress displays
         self.handlers = {
@@ -162,6 +163,7 @@ class Scheduler:
     async def close(self, reason: str = "scheduler-close") -> None:
         if self._closed.is_set():
             return
+        self._closing = True
         self.rec.event("scheduler-close", f"Closing scheduler. Reason: {reason}", reason=reason)
         for ws in list(self.workers.values()):
             ws.stream.send({"op": "close", "reason": "scheduler-close"})
@@ -184,7 +186,10 @@ class Scheduler:
     def _on_stream_closed(self, stream: Stream) -> None:
         ws = stream.info.get("worker")
         if ws is not None and self.workers.get(ws.address) is ws:
-            self._remove_worker(ws, how="connection-closed", expected=False)
+            if self._closing:  # the worker heard the close (or its nanny did) before its turn in the loop above
+                self._remove_worker(ws, how="scheduler-close", expected=True, quiet=True)
+            else:
+                self._remove_worker(ws, how="connection-closed", expected=False)
         client = stream.info.get("client")
         if client is not None and self.clients.get(client) is stream:
             del self.clients[client]

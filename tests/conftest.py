@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,7 +41,7 @@ def read_events(log_dir: str, kind: str | None = None, source: str | None = None
     for path in glob.glob(os.path.join(log_dir, "*.jsonl")):
         with open(path, encoding="utf-8") as f:
             for line in f:
-                if line.strip():
+                if line.strip() and line.endswith("\n"):   # a line without its newline is still being written
                     events.append(from_json_line(line))
     events.sort(key=lambda e: e.ts)
     out = []
@@ -74,12 +73,6 @@ def worker_pid(cluster, name: str) -> int:
 def worker_address(cluster, name: str) -> str:
     return wait_until(lambda: next((a for a, i in cluster.scheduler_info()["workers"].items() if i["name"] == name),
                                    None), what=f"worker {name} registered")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn_entry(args: list[str], log_path: str, env: dict | None = None) -> subprocess.Popen:

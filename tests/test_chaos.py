@@ -24,8 +24,9 @@ def test_chaos_soak_short(tmp_path, monkeypatch):
     spec.loader.exec_module(chaos_soak)
     every_kind = ["sigkill", "memory", "sigterm", "stop-short", "stop-long"]
     # Ten faults, two of each kind, then the job is left to finish: a run that never ends proves nothing.
+    # A 5 s time-to-live: a healthy worker stalled by a loaded CI box must not be taken for a stopped one.
     result = chaos_soak.soak(n_tasks=2000, seed=7, every=1.5, log_dir=str(tmp_path / "soak"), kinds=every_kind,
-                             max_faults=10)
+                             max_faults=10, ttl=5.0)
     print(result)  # shown with -s: the figures of this run
     assert result["wrong_results"] == 0
     assert result["tasks"] >= 1990

@@ -60,7 +60,7 @@ def run_chromium(url: str, *extra: str) -> subprocess.CompletedProcess:
             [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-dev-shm-usage", f"--user-data-dir={profile}", *extra, url],
-            capture_output=True, text=True, timeout=60)  # an alert() that got through blocks until this
+            capture_output=True, text=True, timeout=180)  # an alert() that got through blocks until this
 
 
 # Measures what the browser drew; reports it base64-encoded inside <pre id="probe">.

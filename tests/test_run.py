@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from conftest import wait_until
@@ -123,7 +124,7 @@ def test_timeout_stops_a_hung_job_and_leaves_a_complete_run_directory(tmp_path):
     started = time.monotonic()
     result = run_kwdiag(["run", "--timeout", "3s", "--memory-limit", "1GiB", "slow.py"], tmp_path)
     assert result.returncode == 124
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 150   # a hang guard; bench/ and docs/run.md give the real figures
     assert b"ran past --timeout" in result.stderr and b"Verdict:" in result.stderr
     manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
     assert manifest["status"] == "timed-out" and manifest["exit_code"] == 124 and manifest["verdict"]
@@ -142,9 +143,22 @@ def test_ctrl_c_stops_job_and_cluster_and_still_diagnoses(tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["exit_code"] == 130
     scheduler = [json.loads(line) for line in (run_dir / "scheduler.jsonl").read_text().splitlines()]
-    assert scheduler[-1]["kind"] == "scheduler-close"                 # the cluster was closed, not abandoned
+    kinds = [e["kind"] for e in scheduler]
+    assert "scheduler-close" in kinds                                   # the cluster was closed, not abandoned
+    assert set(kinds[kinds.index("scheduler-close") + 1:]) <= {"worker-removed"}   # and nothing ran after it
     leftovers = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def child_running(parent: int, script: str) -> int | None:
+    """The pid of ``parent``'s child running ``python script``: this run's job, never another test's."""
+    for child in psutil.Process(parent).children():
+        try:
+            if child.cmdline()[1:2] == [script]:
+                return child.pid
+        except psutil.Error:
+            pass
+    return None
 
 
 def test_a_job_killed_from_outside_leaves_a_complete_run_directory(tmp_path):
@@ -153,9 +167,8 @@ def test_a_job_killed_from_outside_leaves_a_complete_run_directory(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_until(lambda: list((tmp_path / "kwdiag-runs").glob("*/job.stdout")), what="job started")
     run_dir = only_run_dir(tmp_path)
-    job_pid = wait_until(lambda: subprocess.run(["pgrep", "-f", f"{sys.executable} slow.py"], capture_output=True,
-                                                text=True).stdout.split(), what="job pid")[0]
-    os.kill(int(job_pid), signal.SIGKILL)
+    job_pid = wait_until(lambda: child_running(proc.pid, "slow.py"), what="job pid")
+    os.kill(job_pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 128 + 9
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -175,7 +188,7 @@ def test_live_view_in_a_terminal(tmp_path, job):
             os.execvpe(sys.executable, [*KWDIAG, "run", "--memory-limit", "1GiB", "--log-dir",
                                         str(tmp_path / f"tty-{no_color}"), str(job)], env)
         output = b""
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             ready, _, _ = select.select([fd], [], [], 1.0)
             if ready:
@@ -186,7 +199,15 @@ def test_live_view_in_a_terminal(tmp_path, job):
                 if not chunk:
                     break
                 output += chunk
-        _, status = os.waitpid(pid, 0)
+        exit_by = max(deadline, time.monotonic() + 60)   # the terminal closes a moment before the process ends
+        done, status = os.waitpid(pid, os.WNOHANG)
+        while not done and time.monotonic() < exit_by:
+            time.sleep(0.05)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:   # still running past the deadline: a hang, reported as such rather than waited on forever
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            output += b"\n[killed: still running after 300 s]"
         assert os.waitstatus_to_exitcode(status) == 0, output[-3000:]
         text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", output).decode("utf-8", "replace")
         (tmp_path / f"tty-{no_color}.out").write_bytes(output)
@@ -246,7 +267,7 @@ def test_demo_diagnoses_every_death_correctly(tmp_path):
     started = time.monotonic()
     result = run_kwdiag(["demo"], tmp_path, env={"KWDIAG_ALLOWED_FAILURES": ""})
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 150   # a hang guard; bench/ and docs/run.md give the real figures
     manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
     deaths = manifest["deaths_by_cause"]
     assert deaths.pop("nanny_memory_restart/memory_limit") == 2

@@ -155,7 +155,7 @@ def test_futures_collected_by_the_garbage_collector_never_deadlock_the_client(cl
 
     worker = threading.Thread(target=churn, daemon=True)
     worker.start()
-    worker.join(60)
+    worker.join(300)   # a deadlock never ends; a loaded box only takes longer
     assert not worker.is_alive(), "the client deadlocked while the GC released futures"
     gc.collect()
     assert client.submit(inc, 1).result(timeout=30) == 2

@@ -39,11 +39,12 @@ def busy_python(seconds):
     return n
 
 
-def hog_memory(step_mb=20, limit_mb=4000):
+def hog_memory(step_mb=20, limit_mb=1200):
     chunks = []
-    for _ in range(limit_mb // step_mb):
+    for _ in range(limit_mb // step_mb):  # 3x the test's limit: far past the nanny's line, far below the box's RAM
         chunks.append(bytearray(step_mb * 2**20))  # bytearray pages are touched: real RSS
         time.sleep(0.02)
+    time.sleep(120)  # hold it: a nanny slowed by a loaded box still finds it over the line
     return len(chunks)
 
 
@@ -58,15 +59,17 @@ def test_sigkill_mid_task_is_noticed_at_once_rerouted_and_lost_results_recompute
         a = client.submit(inc, 1, workers=["worker-0"], allow_other_workers=True)
         assert a.result(timeout=30) == 2
         victim = worker_address(cluster, "worker-0")
-        busy = client.submit(slow_identity, "done", 3, workers=None, pure=False)
+        busy = client.submit(slow_identity, "done", 8, workers=None, pure=False)
         wait_until(lambda: client.who_has([a])[a.key] and any(
             busy.key in i["executing"] for i in client.scheduler_info()["workers"].values()), what="busy task running")
-        holder = next(n for n, i in client.scheduler_info()["workers"].items() if busy.key in i["executing"])
+        holder = wait_until(lambda: next((n for n, i in client.scheduler_info()["workers"].items()
+                                          if busy.key in i["executing"]), None), what="the busy task's worker")
         killed_at = time.time()
         os.kill(worker_pid(cluster, "worker-0"), signal.SIGKILL)
         removed = wait_for_event(log_dir, "worker-removed", address=victim)[0]
         assert removed.fields["how"] == "connection-closed" and removed.fields["expected"] is False
-        assert removed.ts - killed_at < 2.0          # a closed connection is noticed at once
+        # A closed connection is noticed at once: well before any heartbeat could time out (5 s ttl).
+        assert removed.ts - killed_at < cluster.config["worker_ttl"]
         assert a.key in removed.fields["lost"]        # its only copy was there
         if holder == victim:
             assert busy.key in removed.fields["blamed"] and busy.key in removed.fields["rerouted"]
@@ -117,7 +120,7 @@ def test_missed_heartbeats_remove_a_hung_worker_and_its_nanny_replaces_it(log_di
         # interval or more on a busy box (CI once saw 0.96 s from the stop), so "not removed too early" is
         # checked on the scheduler's own measure of the silence, and the stop only bounds it from above.
         assert removed.fields["noticed_after"] >= 1.0
-        assert removed.ts - stopped_at < 1.0 + 0.2 + 1.0   # the ttl, one heartbeat, and slack for a busy box
+        assert removed.ts - stopped_at < 1.0 + 0.2 + 5.0   # the ttl, one heartbeat, and slack for a busy box
         exit_event = wait_for_event(log_dir, "worker-exit", pid=pid)[0]
         assert exit_event.fields["caused_by"] == "heartbeat-timeout" and exit_event.fields["signal_name"] == "SIGKILL"
         wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="replacement registered")
@@ -126,11 +129,12 @@ def test_missed_heartbeats_remove_a_hung_worker_and_its_nanny_replaces_it(log_di
 
 def test_a_busy_healthy_worker_is_not_removed(log_dir):
     with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit=None, log_dir=log_dir,
-                      scheduler_kwargs={"worker_ttl": "1s", "heartbeat_interval": "0.2s"}) as cluster, \
+                      scheduler_kwargs={"worker_ttl": "3s", "heartbeat_interval": "0.2s"}) as cluster, \
             Client(cluster) as client:
-        sleeper = client.submit(slow_identity, "slept", 2.5)
-        spinner = client.submit(busy_python, 2.5)
-        assert sleeper.result(timeout=30) == "slept" and spinner.result(timeout=30) > 0
+        # Both tasks outlast the ttl: one sleeping, one holding the GIL in pure Python.
+        sleeper = client.submit(slow_identity, "slept", 4.5)
+        spinner = client.submit(busy_python, 4.5)
+        assert sleeper.result(timeout=60) == "slept" and spinner.result(timeout=60) > 0
         assert not read_events(log_dir, "worker-removed")
 
 
@@ -159,7 +163,7 @@ def test_allowed_failures_default_is_three(log_dir):
     with LocalCluster(n_workers=2, memory_limit="1GiB", log_dir=log_dir) as cluster, Client(cluster) as client:
         with pytest.raises(KilledWorker):
             client.submit(os._exit, 1).result(timeout=90)
-        assert wait_for_event(log_dir, "killed-worker")[0].fields["deaths"] == 4
+        assert wait_for_event(log_dir, "killed-worker", source="scheduler")[0].fields["deaths"] == 4
         wait_until(lambda: len(read_events(log_dir, "worker-exit")) == 4, what="four exits recorded")
 
 
@@ -217,9 +221,9 @@ def test_sigterm_without_nanny_hands_work_back_and_logs_the_end(log_dir):
             Client(cluster) as client:
         stay = client.submit(inc, 10, workers=["worker-0"])
         assert stay.result(timeout=30) == 11
-        job = client.submit(slow_identity, "ok", 1.5, workers=None, pure=False)
-        wait_until(lambda: executing_on(client, "worker-0") or executing_on(client, "worker-1"), what="running")
-        victim_name = "worker-0" if executing_on(client, "worker-0") else "worker-1"
+        job = client.submit(slow_identity, "ok", 10, workers=None, pure=False)
+        victim_name = wait_until(lambda: next((n for n in ("worker-0", "worker-1") if executing_on(client, n)), None),
+                                 what="running")
         victim = worker_address(cluster, victim_name)
         os.kill(worker_pid(cluster, victim_name), signal.SIGTERM)
         end = wait_for_event(log_dir, "worker-end", worker=victim_name)[0]
@@ -228,7 +232,7 @@ def test_sigterm_without_nanny_hands_work_back_and_logs_the_end(log_dir):
         assert closing.fields["reason"] == "signal-15"
         removed = wait_for_event(log_dir, "worker-removed", address=victim)[0]
         assert removed.fields["expected"] is True and removed.fields["blamed"] == []
-        assert job.result(timeout=30) == "ok"
+        assert job.result(timeout=60) == "ok"
         assert stay.result(timeout=30) == 11
         assert cluster.processes[victim_name].wait(30) == 0
 

@@ -53,7 +53,7 @@ def raw_socket(address):
 
 
 def closed_by_peer(sock):
-    sock.settimeout(10)
+    sock.settimeout(60)   # the servers drop a stalled peer after 5 s; a loaded box may be late
     try:
         while True:
             chunk = sock.recv(4096)
@@ -94,7 +94,7 @@ def test_peer_without_the_secret_is_refused_logged_and_never_unpickled(cluster, 
         wait_for_event(cluster.log_dir, "auth-refused", source=source)
     assert not os.path.exists(marker)
     with pytest.raises(AuthError):
-        Client(cluster.scheduler_address, secret=b"wrong" * 8, timeout=5)
+        Client(cluster.scheduler_address, secret=b"wrong" * 8, timeout=30)
     assert client.submit(inc, 1).result(timeout=30) == 2
 
 
@@ -183,6 +183,6 @@ def test_a_disk_filling_up_mid_run_is_reported_and_loses_nothing_already_recorde
     assert recorder.lost > 0
     assert any("No space left on device" in r.getMessage() and "lost so far" in r.getMessage() for r in caplog.records)
     lines = (tiny_disk / "nanny-w.jsonl").read_bytes().split(b"\n")
-    complete = [line for line in lines if line.endswith(b"}")]
+    complete = [line for line in lines[:-1] if line]   # newline-terminated: written whole
     assert len(complete) > 100
     assert [from_json_line(line).fields["pid"] for line in complete] == list(range(len(complete)))  # intact, in order

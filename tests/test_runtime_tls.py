@@ -73,9 +73,9 @@ def test_a_tls_cluster_computes_and_recovers(cluster):
 def test_peers_without_the_right_certificate_are_refused(cluster, pki):
     secret = cluster.secret  # even knowing the shared secret is not enough without a certificate
     with pytest.raises(CommClosedError, match="uses TLS"):
-        Client(cluster.scheduler_address, secret=secret, timeout=5)
+        Client(cluster.scheduler_address, secret=secret, timeout=30)
     with pytest.raises(AuthError):
-        Client(cluster.scheduler_address, secret=secret, security=pki["rogue"], timeout=5)
+        Client(cluster.scheduler_address, secret=secret, security=pki["rogue"], timeout=30)
     host, port = parse_address(cluster.scheduler_address)
     anonymous = ssl.create_default_context(cafile=pki["ca"])
     anonymous.check_hostname = False
@@ -109,7 +109,7 @@ def test_the_wire_carries_no_plaintext(cluster):
 def test_a_tls_client_refuses_a_plain_server(pki, tmp_path):
     with LocalCluster(n_workers=1, memory_limit=None, log_dir=str(tmp_path / "plain")) as plain:
         with pytest.raises(CommClosedError, match="refusing a plain connection"):
-            Client(plain.scheduler_address, secret=plain.secret, security=pki["cluster"], timeout=5)
+            Client(plain.scheduler_address, secret=plain.secret, security=pki["cluster"], timeout=30)
 
 
 def test_tls_options_are_checked():

@@ -7,8 +7,9 @@ import signal
 
 import pytest
 
-from conftest import _TESTS, free_port, read_events, spawn_entry, stop, wait_for_event, wait_until
+from conftest import _TESTS, read_events, spawn_entry, stop, wait_for_event, wait_until
 from kwdiag.runtime import Client, FutureCancelledError, LocalCluster, VersionMismatchError
+from kwdiag.runtime.comm import parse_address
 
 
 def inc(x):
@@ -67,9 +68,8 @@ def test_versions_are_reported_compared_and_enforced(tmp_path, log_dir, monkeypa
 
 
 def test_workers_and_clients_reconnect_when_the_scheduler_comes_back(log_dir):
-    port = free_port()
-    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir, scheduler_port=port) as cluster, \
-            Client(cluster) as client:
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        port = parse_address(cluster.scheduler_address)[1]   # the new scheduler comes back on the same port
         before = client.submit(inc, 1)
         assert before.result(timeout=30) == 2
         chained = client.submit(inc, before)
