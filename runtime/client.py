@@ -223,6 +223,7 @@ class Client:
         self._states: dict[str, _KeyState] = {}
         self._lock = threading.Lock()
         self._garbage: collections.deque[str] = collections.deque()  # keys whose futures were collected
+        self._drain_pending = False  # a drain is already queued on the loop: one wake-up serves many releases
         # The task spec of every live future, so that work lost with a scheduler can be submitted again.
         self._specs: dict[str, dict] = {}
         self._stream: Stream | None = None
@@ -381,27 +382,44 @@ class Client:
 
     def _release_later(self, key: str) -> None:
         self._garbage.append(key)  # deque.append is atomic: safe from __del__ in any thread
+        if self._drain_pending:  # queued and not yet started: that drain will take this key too
+            return
+        self._drain_pending = True
         try:
             self._loop.loop.call_soon_threadsafe(self._drain_garbage)
         except RuntimeError:  # the loop is gone (interpreter shutdown)
             pass
 
     def _drain_garbage(self) -> None:
+        # Cleared before draining: a key appended after this line either is drained below or queues a new drain.
+        self._drain_pending = False
+        released = []
         while self._garbage:
-            self._dec_ref(self._garbage.popleft())
+            key = self._garbage.popleft()
+            if self._forget(key):
+                released.append(key)
+        self._send_release(released)
 
     def _dec_ref(self, key: str) -> None:
+        if self._forget(key):
+            self._send_release([key])
+
+    def _forget(self, key: str) -> bool:
+        """Drop one reference to ``key``; True when it was the last, so the scheduler may release it."""
         with self._lock:
             st = self._states.get(key)
             if st is None:
-                return
+                return False
             st.refcount -= 1
             if st.refcount > 0:
-                return
+                return False
             del self._states[key]
             self._specs.pop(key, None)
-        if not self._closing and self.status == "running":
-            self._send({"op": "release-keys", "keys": [key]})
+            return True
+
+    def _send_release(self, keys: list[str]) -> None:
+        if keys and not self._closing and self.status == "running":
+            self._send({"op": "release-keys", "keys": keys})
 
     # ---------------------------------------------------------------- submitting
     def submit(self, func: Any, *args: Any, key: str | None = None, workers: Any = None, pure: bool = True,

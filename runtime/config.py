@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "connect_timeout": 10.0,
     "reconnect_timeout": 60.0,      # how long workers and clients keep trying to reach a lost scheduler
     "worker_window": 4,             # tasks sent to a worker beyond its thread count (prefetch)
+    "worker_window_seconds": 0.01,  # short tasks: widen the window to hold about this much estimated work
+    "worker_window_max": 64,        # ... but never more tasks than this beyond the threads
 }
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -105,7 +107,8 @@ def _coerce(key: str, raw: Any) -> Any:
     if isinstance(default, list):
         return [p.strip() for p in raw.split(",") if p.strip()] if isinstance(raw, str) else list(raw)
     if key in ("worker_ttl", "heartbeat_interval", "memory_monitor_interval", "memory_kill_grace", "close_timeout",
-               "restart_backoff_window", "restart_backoff_max", "connect_timeout", "reconnect_timeout"):
+               "restart_backoff_window", "restart_backoff_max", "connect_timeout", "reconnect_timeout",
+               "worker_window_seconds"):
         return parse_timedelta(raw)
     if isinstance(default, int) and not isinstance(default, bool):
         return int(raw)

@@ -36,6 +36,11 @@ WAITING, READY, PROCESSING, MEMORY, ERRED, RELEASED = "waiting", "ready", "proce
 ACTIVE = (WAITING, READY, PROCESSING)
 
 
+def key_prefix(key: str) -> str:
+    """``inc-1f3a...`` -> ``inc``: tasks of one function share duration estimates, as in Dask."""
+    return key.rsplit("-", 1)[0] if "-" in key else key
+
+
 class TaskState:
     __slots__ = ("key", "run_spec", "deps", "dependents", "state", "who_has", "processing_on", "executing",
                  "suspicious", "death_workers", "error", "wanted_by", "restrictions", "waiting_on", "priority",
@@ -118,6 +123,7 @@ class Scheduler:
         self._closing = False  # close() has begun: a connection dropping now is part of the close
         self.closing_cluster = False
         self.counters = {"submitted": 0, "finished": 0, "erred": 0}  # cumulative, for progress displays
+        self.durations: dict[str, float] = {}  # key prefix -> moving average of its tasks' run time, seconds
         self.handlers = {
             "register-worker": self.handle_register_worker,
             "register-client": self.handle_register_client,
@@ -262,7 +268,7 @@ class Scheduler:
     # ---------------------------------------------------------------- graph intake
     def handle_update_graph(self, stream: Stream, msg: dict) -> None:
         client = stream.info.get("client")
-        created: list[TaskState] = []
+        created: set[TaskState] = set()   # a set: membership below is tested once per task
         for spec in msg["tasks"]:
             key = spec["key"]
             ts = self.tasks.get(key)
@@ -273,7 +279,7 @@ class Scheduler:
                 ts.restrictions = set(spec["workers"]) if spec.get("workers") else None
                 ts.loose = bool(spec.get("loose"))
                 self.tasks[key] = ts
-                created.append(ts)
+                created.add(ts)
             elif ts.state == RELEASED and ts.run_spec is None and spec.get("spec") is not None:
                 ts.run_spec, ts.scattered = spec["spec"], False
             ts.wanted_by.add(client)
@@ -335,8 +341,26 @@ class Scheduler:
         heapq.heappush(self.ready, (ts.priority, next(self._seq), ts))
 
     # ---------------------------------------------------------------- placement
-    def _capacity(self, ws: WorkerState) -> int:
-        return ws.nthreads + int(self.config["worker_window"]) - len(ws.processing)
+    def _window(self, ts: TaskState) -> int:
+        """Tasks a worker may hold beyond its threads when ``ts`` is next: ``worker_window``, widened for
+        tasks known to be short so that a worker's threads never wait on a scheduler round trip, but never
+        more than about ``worker_window_seconds`` of estimated work (so placement stays balanced without
+        work stealing), and at most ``worker_window_max``."""
+        base = int(self.config["worker_window"])
+        estimate = self.durations.get(key_prefix(ts.key))
+        if estimate is None:
+            return base
+        wide = int(float(self.config["worker_window_seconds"]) / max(estimate, 1e-6))
+        return max(base, min(int(self.config["worker_window_max"]), wide))
+
+    def _capacity(self, ws: WorkerState, window: int) -> int:
+        return ws.nthreads + window - len(ws.processing)
+
+    def _learn_duration(self, key: str, seconds: float) -> None:
+        prefix = key_prefix(key)
+        old = self.durations.get(prefix)
+        # Weighted towards the newest: a function whose tasks turn long narrows the window quickly.
+        self.durations[prefix] = seconds if old is None else 0.5 * old + 0.5 * seconds
 
     def _schedule(self) -> None:
         running = [ws for ws in self.workers.values() if ws.status == "running"]
@@ -353,7 +377,8 @@ class Scheduler:
                 candidates = [ws for ws in running if ws.address in ts.restrictions or ws.name in ts.restrictions]
                 if not candidates and ts.loose:
                     candidates = running
-            free = [ws for ws in candidates if self._capacity(ws) > 0]
+            window = self._window(ts)
+            free = [ws for ws in candidates if self._capacity(ws, window) > 0]
             if not free:
                 if ts.restrictions:  # others may still fit elsewhere
                     skipped.append(heapq.heappop(self.ready))
@@ -364,7 +389,7 @@ class Scheduler:
                 ws = free[0]
             else:
                 ws = max(free, key=lambda w: (sum(1 for d in ts.deps if w in d.who_has),
-                                              self._capacity(w) / w.nthreads, -len(w.has_what)))
+                                              self._capacity(w, window) / w.nthreads, -len(w.has_what)))
             self._send_compute(ts, ws)
         for item in skipped:
             heapq.heappush(self.ready, item)
@@ -407,6 +432,8 @@ class Scheduler:
             return
         self._done_processing(ts)
         self.counters["finished"] += 1
+        if msg.get("duration") is not None:
+            self._learn_duration(ts.key, float(msg["duration"]))
         ts.state = MEMORY
         ts.nbytes = int(msg.get("nbytes") or 0)
         ts.who_has.add(ws)

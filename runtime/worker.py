@@ -82,6 +82,7 @@ class Worker:
         self.specs: dict[str, dict] = {}      # key -> compute message, for tasks not yet started
         self.ready: list[str] = []            # keys whose dependencies are local, in arrival order
         self.executing: set[str] = set()
+        self.started_at: dict[str, float] = {}  # key -> monotonic start, for the duration the scheduler learns from
         self.cancelled: set[str] = set()
         self.pool = ThreadPoolExecutor(nthreads, thread_name_prefix="kwdiag-task")
         self.free_threads = nthreads
@@ -305,6 +306,7 @@ class Worker:
                 continue
             self.free_threads -= 1
             self.executing.add(key)
+            self.started_at[key] = time.monotonic()
             # Say "started" before the task can possibly kill us: to the nanny and, flushed, to the scheduler.
             self._tell_nanny(f"S {key}")
             if self.scheduler is not None:
@@ -316,6 +318,7 @@ class Worker:
     def _task_done(self, key: str, future: asyncio.Future) -> None:
         self.free_threads += 1
         self.executing.discard(key)
+        duration = time.monotonic() - self.started_at.pop(key, time.monotonic())
         self._tell_nanny(f"F {key}")
         status, payload = future.result()
         if status == "exit":
@@ -326,7 +329,8 @@ class Worker:
         elif self.scheduler is not None:
             if status == "ok":
                 self.data[key] = payload
-                self.scheduler.send({"op": "finished", "key": key, "nbytes": _sizeof(payload)})
+                self.scheduler.send({"op": "finished", "key": key, "nbytes": _sizeof(payload),
+                                     "duration": round(duration, 6)})
             else:
                 self.scheduler.send({"op": "erred", "key": key, **payload})
         self._run_ready()
