@@ -137,7 +137,6 @@ class Chaos(threading.Thread):
             return  # it died of something else first: nothing was injected
         self.faults.append(Fault(kind, name, pid, at))
 
-
     def wait_until_removed(self, pid: int, deadline: float = 120.0) -> None:
         end = time.monotonic() + deadline
         while time.monotonic() < end:

@@ -124,6 +124,8 @@ class Scheduler:
         self.closing_cluster = False
         self.counters = {"submitted": 0, "finished": 0, "erred": 0}  # cumulative, for progress displays
         self.durations: dict[str, float] = {}  # key prefix -> moving average of its tasks' run time, seconds
+        self._window_settings = (int(config["worker_window"]), float(config["worker_window_seconds"]),
+                                 int(config["worker_window_max"]))  # read once: placement asks for each task
         self.handlers = {
             "register-worker": self.handle_register_worker,
             "register-client": self.handle_register_client,
@@ -346,12 +348,11 @@ class Scheduler:
         tasks known to be short so that a worker's threads never wait on a scheduler round trip, but never
         more than about ``worker_window_seconds`` of estimated work (so placement stays balanced without
         work stealing), and at most ``worker_window_max``."""
-        base = int(self.config["worker_window"])
+        base, seconds, most = self._window_settings
         estimate = self.durations.get(key_prefix(ts.key))
         if estimate is None:
             return base
-        wide = int(float(self.config["worker_window_seconds"]) / max(estimate, 1e-6))
-        return max(base, min(int(self.config["worker_window_max"]), wide))
+        return max(base, min(most, int(seconds / max(estimate, 1e-6))))
 
     def _capacity(self, ws: WorkerState, window: int) -> int:
         return ws.nthreads + window - len(ws.processing)
