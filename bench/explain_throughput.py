@@ -114,7 +114,7 @@ def main() -> None:
             g = subprocess.run(["grep", "-cE", pattern, str(path)], capture_output=True, text=True)
             dt = time.perf_counter() - t
             print(f"grep -cE ({len(keywords)} signatures): {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {g.stdout.strip()} lines")
-        cmd = [sys.executable, "-m", "kwdiag", "explain", "--format", "json", str(path)]
+        cmd = [sys.executable, "-P", "-m", "kwdiag", "explain", "--format", "json", str(path)]
         t = time.perf_counter()
         env = dict(os.environ, **({"KWDIAG_JOBS": str(args.jobs)} if args.jobs else {}))
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -33,4 +33,4 @@ if __name__ == "__main__":
             print(f"KilledWorker: task {exc.task!r} killed the workers it ran on")
         log_dir = cluster.log_dir
     print(f"\nlogs: {log_dir}\n$ kwdiag explain {log_dir}\n", flush=True)
-    sys.exit(subprocess.run([sys.executable, "-m", "kwdiag", "explain", log_dir]).returncode)
+    sys.exit(subprocess.run([sys.executable, "-P", "-m", "kwdiag", "explain", log_dir]).returncode)

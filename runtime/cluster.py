@@ -17,7 +17,6 @@ import atexit
 import os
 import secrets
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
@@ -26,6 +25,7 @@ from typing import Any
 from kwdiag.runtime import config as config_mod
 from kwdiag.runtime.comm import CommClosedError, Credentials, Security, connect
 from kwdiag.runtime.core import Stream, background
+from kwdiag.runtime.spawn import child_env, entry_command
 
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
 
@@ -94,12 +94,12 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- processes
     def _spawn(self, name: str, args: list[str], control: bool = False) -> subprocess.Popen:
-        env = {**os.environ, **self.extra_env, **self._env_overrides, "KWDIAG_SECRET": self.secret.hex(),
-               "PYTHONUNBUFFERED": "1"}
+        env = child_env({**self.extra_env, **self._env_overrides, "KWDIAG_SECRET": self.secret.hex(),
+                         "PYTHONUNBUFFERED": "1"})
         env.pop("KWDIAG_SCHEDULER_FILE", None)
         log = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "kwdiag.runtime.entry", *args],
+            proc = subprocess.Popen(entry_command(*args),
                                     stdin=subprocess.PIPE if control else subprocess.DEVNULL,
                                     stdout=log, stderr=log, env=env, start_new_session=True)
         finally:

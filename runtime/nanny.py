@@ -26,6 +26,7 @@ from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import Credentials, Listener, Security
 from kwdiag.runtime.core import EXIT_REFUSED, Stream, background, watch_control_pipe
 from kwdiag.runtime.record import Recorder
+from kwdiag.runtime.spawn import child_env, entry_command
 from kwdiag.runtime.config import format_bytes
 
 logger = logging.getLogger("kwdiag.nanny")
@@ -123,10 +124,10 @@ class Nanny:
         self.stderr_tail.clear()
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
-        cmd = [sys.executable, "-m", "kwdiag.runtime.entry", "worker-process",
-               "--scheduler", self.scheduler_address, "--name", self.name, "--nthreads", str(self.nthreads),
-               "--host", self.host, "--nanny-address", self.address, "--incarnation", str(self.incarnation),
-               "--status-fd", str(status_w), "--control-fd", str(control_r)]
+        cmd = entry_command(
+            "worker-process", "--scheduler", self.scheduler_address, "--name", self.name,
+            "--nthreads", str(self.nthreads), "--host", self.host, "--nanny-address", self.address,
+            "--incarnation", str(self.incarnation), "--status-fd", str(status_w), "--control-fd", str(control_r))
         if self.memory_limit:
             cmd += ["--memory-limit", str(self.memory_limit)]
         if self.log_dir:
@@ -137,7 +138,7 @@ class Nanny:
             cmd += ["--preload", module]
         if self.security:
             cmd += self.security.args()
-        env = {**os.environ, **self.worker_env, "KWDIAG_SECRET": self.secret.hex()}
+        env = child_env({**self.worker_env, "KWDIAG_SECRET": self.secret.hex()})
         self.proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             pass_fds=(status_w, control_r), env=env)

@@ -89,10 +89,12 @@ def events(log_dir, kind):
 
 def spawn_worker(cluster, name, *extra, env=None):
     log = open(os.path.join(cluster.log_dir, f"{name}.log"), "ab")
-    return subprocess.Popen([sys.executable, "-m", "kwdiag.runtime.entry", "worker", "--scheduler-file",
-                             cluster.scheduler_file, "--name", name, "--log-dir", cluster.log_dir, *extra],
-                            stdout=log, stderr=log, env={**os.environ, "KWDIAG_SECRET": cluster.secret.hex(),
-                                                         **(env or {})}, start_new_session=True)
+    from kwdiag.runtime.spawn import child_env, entry_command
+
+    return subprocess.Popen(entry_command("worker", "--scheduler-file", cluster.scheduler_file, "--name", name,
+                                          "--log-dir", cluster.log_dir, *extra),
+                            stdout=log, stderr=log, env=child_env({"KWDIAG_SECRET": cluster.secret.hex(), **(env or {})}),
+                            start_new_session=True)
 
 
 def death(worker, cause, detail, did):

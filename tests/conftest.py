@@ -15,6 +15,7 @@ import time
 import pytest
 
 from kwdiag.events import from_json_line
+from kwdiag.runtime.spawn import child_env, entry_command
 
 DEADLINE = 60.0
 
@@ -79,8 +80,8 @@ def spawn_entry(args: list[str], log_path: str, env: dict | None = None) -> subp
     """Start ``python -m kwdiag.runtime.entry ARGS`` with its output in ``log_path``."""
     log = open(log_path, "ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "kwdiag.runtime.entry", *args], stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, start_new_session=True)
+        return subprocess.Popen(entry_command(*args), stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, env=child_env(env), start_new_session=True)
     finally:
         log.close()
 

@@ -22,6 +22,7 @@ import sys
 import time
 
 from kwdiag.runtime import Client, KilledWorker
+from kwdiag.runtime.spawn import child_env, module_command
 
 
 def square(x):
@@ -49,10 +50,10 @@ def start_worker_by_hand(name, *extra, env=None):
     """Join the cluster the way a colleague would, with `kwdiag worker` (its output goes to the run directory)."""
     log_dir = os.environ["KWDIAG_LOG_DIR"]
     with open(os.path.join(log_dir, f"{name}.log"), "ab") as log:
-        return subprocess.run([sys.executable, "-m", "kwdiag", "worker", "--scheduler-file",
-                               os.environ["KWDIAG_SCHEDULER_FILE"], "--name", name, "--log-dir", log_dir,
-                               "--no-nanny", *extra], stdout=log, stderr=log, env={**os.environ, **(env or {})},
-                              timeout=120).returncode
+        return subprocess.run(module_command("kwdiag", "worker", "--scheduler-file",
+                                             os.environ["KWDIAG_SCHEDULER_FILE"], "--name", name, "--log-dir",
+                                             log_dir, "--no-nanny", *extra),
+                              stdout=log, stderr=log, env=child_env(env), timeout=120).returncode
 
 
 def main(other_environment: str) -> None:

@@ -27,6 +27,7 @@ from kwdiag.run import rundir
 from kwdiag.run.options import RunOptions
 from kwdiag.run.tail import EventTail
 from kwdiag.run.view import ClusterState, make_view
+from kwdiag.runtime.spawn import child_env, script_command
 
 POLL = 0.25            # seconds between looks at the cluster
 ANNOUNCE_WAIT = 2.0    # how long a death waits for its nanny's record before it is announced anyway
@@ -89,8 +90,8 @@ def _start_cluster(options: RunOptions, run_dir: str, job_dir: str):
 
     scheduler_kwargs = {k: v for k, v in (("allowed_failures", options.allowed_failures),
                                           ("worker_ttl", options.worker_ttl)) if v is not None}
-    # Workers import the job's own modules as the job does: its folder goes on their path.
-    pythonpath = os.pathsep.join(filter(None, [options.env.get("PYTHONPATH"), job_dir, os.environ.get("PYTHONPATH")]))
+    # Workers import the job's own modules as the job does: its folder goes on their path, after ours.
+    pythonpath = child_env(options.env, append_path=[job_dir])["PYTHONPATH"]
     try:
         return LocalCluster(n_workers=options.workers, threads_per_worker=options.threads,
                             memory_limit=options.memory_limit, nanny=options.nanny, log_dir=run_dir,
@@ -139,9 +140,7 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
     rundir.write_manifest(run_dir, manifest)
 
     cluster = None
-    env = {**os.environ, **options.env, "KWDIAG_LOG_DIR": run_dir}
-    if options.env.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [options.env["PYTHONPATH"], os.environ.get("PYTHONPATH")]))
+    env = child_env({**options.env, "KWDIAG_LOG_DIR": run_dir})
     if options.scheduler_file:
         env["KWDIAG_SCHEDULER_FILE"] = os.path.abspath(options.scheduler_file)
         target: Any = {"scheduler_file": options.scheduler_file}
@@ -174,7 +173,7 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
         manifest.update(status="running", scheduler=client.scheduler_address)
         rundir.write_manifest(run_dir, manifest)
         view.start()
-        job = subprocess.Popen([sys.executable, *job_argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        job = subprocess.Popen(script_command(*job_argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         tees = [threading.Thread(target=_tee, args=(job.stdout, os.path.join(run_dir, "job.stdout"), view, "stdout"),
                                  daemon=True),
                 threading.Thread(target=_tee, args=(job.stderr, os.path.join(run_dir, "job.stderr"), view, "stderr"),
