@@ -154,7 +154,7 @@ class Chaos(threading.Thread):
 
 def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str | None = None,
          kinds: list[str] | None = None, max_faults: int = 30, ttl: float = TTL) -> dict:
-    from kwdiag.analysis import analyze
+    from kwdiag.pipeline import analyze
     from kwdiag.runtime import Client, LocalCluster
 
     started = time.time()

@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, help="KWDIAG_JOBS for kwdiag (default: one process per CPU)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from kwdiag.analysis import load_rules
+    from kwdiag.engine import load_rules
 
     rules = load_rules()
     tmp = Path(tempfile.mkdtemp(prefix="kwdiag-bench-"))

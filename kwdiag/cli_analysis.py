@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in FORMATS:
             raise KwdiagError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})", USAGE)
-        from kwdiag.analysis import analyze
+        from kwdiag.pipeline import analyze
 
         report = analyze(paths, rules_dirs or ())
         from kwdiag.cli_io import open_output, print_problems
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
     @rules_app.command("list")
     def rules_list(rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="Also your own rules.")) -> None:
         """List every rule: id, severity, verdict, title."""
-        from kwdiag.analysis import load_rules
+        from kwdiag.engine import load_rules
 
         rs = load_rules(rules_dirs or ())
         for r in sorted(rs.rules, key=lambda r: (r.area, r.id)):
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
     def rules_show(rule_id: str = typer.Argument(..., help="A rule id (see `kwdiag rules list`)."),
                    rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="Also your own rules.")) -> None:
         """Show one rule's documentation: what it matches, why it matters, what to do."""
-        from kwdiag.analysis import load_rules
+        from kwdiag.engine import load_rules
         from kwdiag.errors import USAGE, KwdiagError
 
         rs = load_rules(rules_dirs or ())
@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
     @rules_app.command("check")
     def rules_check(rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="Also lint these.")) -> None:
         """Lint the rules: duplicate ids, empty messages, missing or failing examples, bad patterns."""
-        from kwdiag.analysis.engine import builtin_rules_dir, lint_rules, load_rule_files
+        from kwdiag.engine import builtin_rules_dir, lint_rules, load_rule_files
         from kwdiag.errors import FINDINGS
 
         rules, errors = load_rule_files([builtin_rules_dir(), *(rules_dirs or [])])

@@ -1,6 +1,6 @@
 """``kwdiag check LOG...``: gate a CI job on worker deaths.
 
-A thin shell: read the logs like ``kwdiag explain`` (``kwdiag.analysis.analyze``, input problems via
+A thin shell: read the logs like ``kwdiag explain`` (``kwdiag.pipeline.analyze``, input problems via
 ``kwdiag.cli_io``), judge the deaths (``kwdiag.check``), write the formats asked for, exit
 0 (nothing fails the policy), 1 (findings) or 2 (usage error or unreadable input). Heavy imports
 happen inside the command so ``kwdiag --help`` stays fast. Documented in ``docs/check.md``.
@@ -74,7 +74,8 @@ def register(app: typer.Typer) -> None:
         else:
             baseline_path = None
 
-        from kwdiag.analysis import analyze, load_rules
+        from kwdiag.engine import load_rules
+        from kwdiag.pipeline import analyze
         from kwdiag.check import evaluate
 
         rules = load_rules(rules_dirs or ())

@@ -3,7 +3,7 @@
 Covers: opening an ``--output`` file (an unwritable path is a usage error, one line) and printing
 a report's input problems to stderr in the one format the docs promise
 (``kwdiag: error: PATH: message`` / ``kwdiag: warning: ...``). Reading logs is
-``kwdiag.analysis.analyze``; exit codes are ``kwdiag.errors``.
+``kwdiag.pipeline.analyze``; exit codes are ``kwdiag.errors``.
 """
 
 from __future__ import annotations

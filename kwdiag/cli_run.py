@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         """List past runs, one line each: when, job, exit code, time taken, verdict."""
         import time
 
-        from kwdiag.report.text import safe
+        from kwdiag.escape import safe
         from kwdiag.run.rundir import list_runs
 
         found = list_runs(runs_dir)

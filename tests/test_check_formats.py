@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 from kwdiag.analysis.model import Death, Evidence, Hint, Report
 from kwdiag.check import evaluate
 from kwdiag.check.github import LIMIT, escape_data, escape_property, render_github

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 from kwdiag.check import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 from kwdiag.report.markdown import render_markdown
 from kwdiag.report.terminal import render_plain, render_terminal
 
@@ -180,8 +181,8 @@ no_match = ["REAPED"]
 
 
 def test_analysis_never_imports_the_runtime():
-    code = ("import sys, kwdiag.analysis as a, kwdiag.cli_analysis, kwdiag.report, kwdiag.readers, kwdiag.timeline;"
-            "a.analyze(['sample_logs/dask-sigkill']);"
+    code = ("import sys, kwdiag.pipeline as p, kwdiag.cli_analysis, kwdiag.report, kwdiag.readers, kwdiag.timeline;"
+            "p.analyze(['sample_logs/dask-sigkill']);"
             "bad=[m for m in sys.modules if m.startswith('kwdiag.runtime')]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 SCENARIOS = sorted(p.parent for p in SAMPLES.glob("*/expected.json"))

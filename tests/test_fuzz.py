@@ -27,7 +27,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kwdiag.analysis import analyze, analyze_events, load_rules
+from kwdiag.analysis import analyze_events
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 from kwdiag.events import Event, Origin
 from kwdiag.readers import scan as scanmod
 from kwdiag.readers.text import clean

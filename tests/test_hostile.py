@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 
 ROOT = Path(__file__).resolve().parent.parent
 W1 = ROOT / "sample_logs" / "dask-sigkill" / "w1.log"
@@ -139,7 +140,7 @@ def test_catastrophic_user_pattern_is_stopped_and_reported(tmp_path):
 
 
 def test_timeout_costs_at_most_the_limit(tmp_path):
-    from kwdiag.analysis.engine import MATCH_TIMEOUT, TIMEOUT_LIMIT
+    from kwdiag.engine import MATCH_TIMEOUT, TIMEOUT_LIMIT
 
     rules = load_rules([str(_catastrophic_rules(tmp_path))])
     log = tmp_path / "x.log"

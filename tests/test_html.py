@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 from kwdiag.report.html import CAUSE_COLOURS, charted, render_html
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,8 @@ import time
 
 from test_html import chromium, probe  # the browser helpers of tests/test_html.py
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 from kwdiag.report.html import render_html
 from kwdiag.report.sparkline import sparkline
 from kwdiag.report.terminal import render_plain

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import analyze, load_rules
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
 from kwdiag.readers.text import parse_prefix
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis.engine import (
+from kwdiag.engine import (
     RuleSet,
     builtin_rules_dir,
     example_matches,

@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from kwdiag.analysis import MemoryTrace, analyze, load_rules
-from kwdiag.report.sparkline import BLOCKS, blocks, fmt_bytes, resample, sparkline
+from kwdiag.analysis import MemoryTrace
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
+from kwdiag.report.sparkline import BLOCKS, blocks, resample, sparkline
+from kwdiag.units import format_bytes
 from kwdiag.report.terminal import render_plain, render_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +69,7 @@ def test_no_samples_no_line():
 @pytest.mark.parametrize("n,text", [(None, "?"), (12, "12 B"), (2048, "2 KiB"), (1.5 * 1024**3, "1.5 GiB"),
                                     (412 * MiB, "412 MiB")])
 def test_fmt_bytes(n, text):
-    assert fmt_bytes(n) == text
+    assert format_bytes(n) == text
 
 
 def _kwdiag_memory():
@@ -88,7 +91,7 @@ def test_real_nanny_samples_reach_the_death_and_the_report():
     samples = exit1["fields"]["memory_samples"]
     span = samples[-1][0] - samples[0][0]
     # The figures come from the sample's own nanny record, so a regenerated sample keeps this test honest.
-    assert re.fullmatch(rf"memory [▁-█]{{{min(len(samples), 40)}}} peak {fmt_bytes(exit1['fields']['peak_rss'])} "
+    assert re.fullmatch(rf"memory [▁-█]{{{min(len(samples), 40)}}} peak {format_bytes(exit1['fields']['peak_rss'])} "
                         rf"of 400 MiB limit \(terminate at 380 MiB\), {len(samples)} samples over {span:.1f}s",
                         lines[0]), lines[0]
     assert lines[0].split()[1].endswith("█")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kwdiag.analysis import analyze_events, load_rules
+from kwdiag.analysis import analyze_events
+from kwdiag.engine import load_rules
 from kwdiag.events import Event, Origin
 from kwdiag.timeline import build_timeline
 

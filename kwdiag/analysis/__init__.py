@@ -1,9 +1,9 @@
-"""The analyzer's public entry points: ``analyze(paths) -> Report`` and ``analyze_events(events) -> Report``.
+"""The analysis stage: ``analyze_events(events) -> Report``, pure (events in, report out, no file I/O).
 
-Covers: wiring readers → timeline → classification → blame into one ``Report`` (types in
-``kwdiag.analysis.model``). ``kwdiag explain``, ``kwdiag check`` and ``kwdiag run`` all call these.
+Covers: wiring timeline → classification → blame → task errors into one ``Report`` (types in
+``kwdiag.analysis.model``). ``kwdiag.pipeline.analyze(paths)`` reads files and calls this.
 
-Does not cover: rendering (``kwdiag.report``) or the command line (``kwdiag.cli_analysis``).
+Does not cover: reading logs (``kwdiag.readers``), rendering (``kwdiag.report``) or the command line.
 Never imports ``kwdiag.runtime``.
 """
 
@@ -27,20 +27,9 @@ from kwdiag.analysis.model import (
 )
 
 __all__ = [
-    "analyze", "analyze_events", "load_rules", "Report", "Death", "Evidence", "Hint", "KilledWorkerBlame",
+    "analyze_events", "Report", "Death", "Evidence", "Hint", "KilledWorkerBlame",
     "TaskError", "InputProblem", "MemoryTrace", "IncarnationSpan", "CAUSES", "SCHEMA", "SCHEMA_VERSION",
 ]
-
-
-def load_rules(rules_dirs: Iterable[str] = ()):
-    """The built-in rules plus ``rules_dirs``; raises ``KwdiagError`` (USAGE) if any rule file is broken."""
-    from kwdiag.analysis.engine import load_ruleset
-    from kwdiag.errors import USAGE, KwdiagError
-
-    ruleset, errors = load_ruleset(list(rules_dirs))
-    if errors:
-        raise KwdiagError("cannot load rules: " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else ""), USAGE)
-    return ruleset
 
 
 def analyze_events(events, rules=None, *, file_runtime: dict | None = None, problems=(), files=(),
@@ -50,6 +39,8 @@ def analyze_events(events, rules=None, *, file_runtime: dict | None = None, prob
     from kwdiag.timeline import build_timeline
 
     if rules is None:
+        from kwdiag.engine import load_rules
+
         rules = load_rules()
     events = list(events)
     if file_runtime is None:
@@ -79,19 +70,3 @@ def _infer_runtimes(events) -> dict:
             out[e.origin.file] = rt
         out.setdefault(e.origin.file, None)
     return out
-
-
-def analyze(paths: Iterable[str], rules_dirs: Iterable[str] = (), *, rules=None) -> Report:
-    """Read ``paths`` (files, directories, ``-``, gzip) and explain every worker death in them.
-
-    Never raises for bad input: unreadable inputs become ``Report.problems``.
-    """
-    from kwdiag.readers import read_events
-
-    if rules is None:
-        rules = load_rules(rules_dirs)
-    events, results, problems = read_events(list(paths), rules)
-    file_runtime = {r.name: r.runtime for r in results}
-    return analyze_events(events, rules, file_runtime=file_runtime, problems=problems,
-                          files=[r.name for r in results], lines=sum(r.lines for r in results),
-                          nbytes=sum(r.bytes for r in results))

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from kwdiag.analysis.engine import Rule, RuleSet
+from kwdiag.engine import Rule, RuleSet
 from kwdiag.analysis.memory import memory_trace
 from kwdiag.analysis.model import Death, Evidence, Hint, KilledWorkerBlame, TaskError
 from kwdiag.events import Event

@@ -1,5 +1,5 @@
 """The public result types of an analysis: ``Death``, ``Evidence``, ``Hint``, ``KilledWorkerBlame``,
-``TaskError``, ``InputProblem`` and ``Report``.
+``TaskError`` and ``Report`` (``InputProblem`` is the readers').
 
 Covers: plain, frozen dataclasses with a stable ``to_dict()`` (the JSON output is built from these,
 schema ``SCHEMA``), ``MemoryTrace`` (what the logs show of one incarnation's memory) and
@@ -16,18 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kwdiag.engine import CAUSES, SEVERITIES  # noqa: F401  (re-exported: the vocabulary of Death.cause)
+from kwdiag.readers.inputs import InputProblem
+
 SCHEMA = "kwdiag.explain/1"
 SCHEMA_VERSION = 1
 
-CAUSES = (
-    "chose_to_exit",
-    "unrecoverable_exception",
-    "nanny_memory_restart",
-    "sudden_exit",
-    "version_mismatch",
-    "unknown",
-)
-SEVERITIES = ("info", "warning", "error")
 
 
 def iso(ts: float | None) -> str | None:
@@ -220,18 +214,6 @@ class TaskError:
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task, "exception": self.exception, "worker": self.worker, "at": iso(self.at),
                 "evidence": [e.to_dict() for e in self.evidence]}
-
-
-@dataclass(frozen=True, slots=True)
-class InputProblem:
-    """Something in the input that could not be read (``error``) or was read imperfectly (``warning``)."""
-
-    path: str
-    message: str
-    level: str = "error"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "message": self.message, "level": self.level}
 
 
 @dataclass(frozen=True)

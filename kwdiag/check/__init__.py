@@ -7,7 +7,7 @@ status (``fail``, ``baselined``, ``allowed``, ``passed``) and a fingerprint
 ``text`` and ``markdown`` (``kwdiag.check.textout``), ``json`` (``jsonout``), ``junit``, ``sarif``,
 ``github``.
 
-Does not cover: reading logs (``kwdiag.analysis.analyze``), nor the command line
+Does not cover: reading logs (``kwdiag.pipeline.analyze``), nor the command line
 (``kwdiag.cli_check``). Task errors are not deaths and never fail the gate; a ``KilledWorker`` is
 shown with the deaths it counted, which are judged themselves.
 """

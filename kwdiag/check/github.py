@@ -19,7 +19,8 @@ from pathlib import Path
 
 from kwdiag.check import Outcome
 from kwdiag.check.policy import BASELINED, FAIL
-from kwdiag.report.text import conf, safe
+from kwdiag.escape import safe
+from kwdiag.report.text import conf
 
 LIMIT = 10  # annotations per type per step (GitHub)
 

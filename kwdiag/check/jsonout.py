@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from kwdiag.check import Outcome
-from kwdiag.report.text import to_json
+from kwdiag.escape import to_json
 
 SCHEMA = "kwdiag.check/1"
 

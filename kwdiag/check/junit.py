@@ -22,7 +22,8 @@ import xml.etree.ElementTree as ET
 
 from kwdiag.check import Outcome
 from kwdiag.check.policy import BASELINED, FAIL
-from kwdiag.report.text import conf, safe
+from kwdiag.escape import safe
+from kwdiag.report.text import conf
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from kwdiag.analysis.model import CAUSES, SEVERITIES
+from kwdiag.engine import CAUSES, SEVERITIES
 from kwdiag.errors import USAGE, KwdiagError
 
 DEFAULT_FAIL_ON = ("warning",)

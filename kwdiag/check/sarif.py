@@ -23,7 +23,8 @@ from urllib.parse import quote
 
 from kwdiag.check import Outcome
 from kwdiag.check.policy import ALLOWED, BASELINED, FAIL
-from kwdiag.report.text import conf, safe, to_json
+from kwdiag.escape import safe, to_json
+from kwdiag.report.text import conf
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FP_KEY = "kwdiagDeathSignature/v1"

@@ -13,7 +13,8 @@ import re
 
 from kwdiag.check import Finding, Outcome
 from kwdiag.check.policy import ALLOWED, BASELINED, FAIL, PASSED
-from kwdiag.report.text import conf, safe
+from kwdiag.escape import safe
+from kwdiag.report.text import conf
 
 LABEL = {FAIL: "FAIL", BASELINED: "KNOWN", ALLOWED: "ALLOWED", PASSED: "PASSED"}
 ORDER = {FAIL: 0, BASELINED: 1, PASSED: 2, ALLOWED: 3}

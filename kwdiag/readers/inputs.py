@@ -1,7 +1,8 @@
 """Which files to read: paths, directories (recursively), ``-`` for stdin.
 
 Covers: expanding the command line into ``Input`` items and reporting paths that do not exist or
-directories with nothing to read as ``InputProblem`` (level ``error``).
+directories with nothing to read as ``InputProblem`` (level ``error``), the one type every reader uses
+for what could not be read (or was read imperfectly).
 
 Does not cover: opening or decoding files (``kwdiag.readers.scan``).
 """
@@ -11,9 +12,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
-from kwdiag.analysis.model import InputProblem
+
+@dataclass(frozen=True, slots=True)
+class InputProblem:
+    """Something in the input that could not be read (``error``) or was read imperfectly (``warning``)."""
+
+    path: str
+    message: str
+    level: str = "error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "message": self.message, "level": self.level}
+
 
 # In a directory, read files that look like logs; a file named on the command line is always read.
 LOG_SUFFIXES = {".log", ".jsonl", ".txt", ".out", ".err", ".gz", ".stderr", ".stdout", ".dmesg", ".journal", ""}

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from kwdiag.analysis.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
-from kwdiag.analysis.model import InputProblem
+from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
+from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
-from kwdiag.readers.inputs import Input, expand_inputs
+from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
 
 DASK_LINE = re.compile(
@@ -30,7 +30,6 @@ DASK_LINE = re.compile(
 )
 ISO_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s")
 DMESG_T = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
-ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 TS_MIN, TS_MAX = -1e10, 253402300800.0  # event times a calendar can show (years 1653 to 9999)
 LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error", "CRITICAL": "critical"}
 
@@ -77,16 +76,6 @@ def parse_prefix(text: str) -> tuple[float | None, str | None, str | None, str]:
     return None, None, None, text
 
 
-def clean(text: str) -> str:
-    """A log line without terminal control sequences: ANSI/OSC sequences removed; other C0 and C1
-    controls (``\\x9b`` is CSI to some terminals) and lone surrogates (no encoder can write them)
-    become U+FFFD; tabs are kept."""
-    if "\x1b" in text:
-        text = ANSI.sub("", text)
-    return _UNSAFE.sub("\ufffd", text)
-
-
-_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 

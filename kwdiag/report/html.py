@@ -17,12 +17,13 @@ not contain (Dask text logs state only the limit and a few warnings: the page sa
 
 from __future__ import annotations
 
-import html
 import math
 
 from kwdiag.analysis.model import Death, MemoryTrace, Report
-from kwdiag.report.sparkline import fmt_bytes
-from kwdiag.report.text import conf, safe, when
+from kwdiag.escape import html as esc
+from kwdiag.units import format_bytes
+from kwdiag.escape import safe
+from kwdiag.report.text import conf, when
 
 CAUSE_COLOURS = {
     "nanny_memory_restart": "#e8590c",
@@ -68,10 +69,6 @@ figcaption{font-size:13px;margin:0 0 4px}
 .spark{font-family:ui-monospace,monospace}
 """
 
-
-def esc(text: object, limit: int = 300) -> str:
-    """Log text (or anything) fit for HTML element text or a quoted attribute value."""
-    return html.escape(safe(str(text), limit), quote=True)
 
 
 def _colour(cause: str) -> str:
@@ -245,7 +242,7 @@ def memory_svg(d: Death, top: float) -> str:
     for v in ticks:
         out.append(f'<line x1="{MEM_LEFT}" y1="{_f(y(v))}" x2="{MEM_LEFT + pw}" y2="{_f(y(v))}" stroke="#e9ecef"/>'
                    f'<text class="small" x="{MEM_LEFT - 6}" y="{_f(y(v) + 4)}" text-anchor="end">'
-                   f'{esc(fmt_bytes(v) if v else "0")}</text>')
+                   f'{esc(format_bytes(v) if v else "0")}</text>')
     step = nice_step(hi - lo, 5)
     k = math.ceil((lo - ref) / step)
     while ref + k * step <= hi + 1e-9:
@@ -262,13 +259,13 @@ def memory_svg(d: Death, top: float) -> str:
         out.append(f'<line class="limit" x1="{MEM_LEFT}" y1="{_f(yy)}" x2="{MEM_LEFT + pw}" y2="{_f(yy)}" '
                    f'stroke="{LIMIT}" stroke-width="1.5" stroke-dasharray="6 3"/>'
                    f'<text class="small" x="{MEM_LEFT + 4}" y="{_f(yy - 4)}" style="fill:{LIMIT}">'
-                   f'limit {esc(fmt_bytes(m.limit))}</text>')
+                   f'limit {esc(format_bytes(m.limit))}</text>')
     if m.terminate_at:
         yy = y(m.terminate_at)
         out.append(f'<line class="terminate" x1="{MEM_LEFT}" y1="{_f(yy)}" x2="{MEM_LEFT + pw}" y2="{_f(yy)}" '
                    f'stroke="{TERMINATE}" stroke-width="1.5" stroke-dasharray="2 3"/>'
                    f'<text class="small" x="{MEM_LEFT + 4}" y="{_f(yy + 13)}" style="fill:{TERMINATE}">'
-                   f'terminate {esc(fmt_bytes(m.terminate_at))} ({m.terminate_fraction:.0%})</text>')
+                   f'terminate {esc(format_bytes(m.terminate_at))} ({m.terminate_fraction:.0%})</text>')
     if m.samples:
         pts = " ".join(f"{_f(x(t))},{_f(y(v))}" for t, v in m.samples)
         base = MEM_TOP + ph
@@ -280,10 +277,10 @@ def memory_svg(d: Death, top: float) -> str:
         if len(m.samples) <= 80:
             for t, v in m.samples:
                 out.append(f'<circle class="sample" cx="{_f(x(t))}" cy="{_f(y(v))}" r="2.5" fill="{RSS}">'
-                           f'<title>{esc(fmt_bytes(v))} at {esc(fmt_dur(t - ref))}</title></circle>')
+                           f'<title>{esc(format_bytes(v))} at {esc(fmt_dur(t - ref))}</title></circle>')
     for t, v in m.readings:
         out.append(f'<circle class="reading" cx="{_f(x(t))}" cy="{_f(y(v))}" r="4.5" fill="#fff" stroke="{RSS}" '
-                   f'stroke-width="2"><title>{esc(fmt_bytes(v))} stated by a log line at {esc(fmt_dur(t - ref))}'
+                   f'stroke-width="2"><title>{esc(format_bytes(v))} stated by a log line at {esc(fmt_dur(t - ref))}'
                    f'</title></circle>')
     if d.at is not None:
         xx, c = x(d.at), _colour(d.cause)
@@ -337,8 +334,8 @@ def memory_section(report: Report) -> str:
         out.append('<div class="panels">')
         for i, d in ds:
             m = d.memory
-            bits = [f"peak {fmt_bytes(m.peak)}" if m.peak else None,
-                    f"limit {fmt_bytes(m.limit)}" if m.limit else None,
+            bits = [f"peak {format_bytes(m.peak)}" if m.peak else None,
+                    f"limit {format_bytes(m.limit)}" if m.limit else None,
                     f"{len(m.samples)} sample{'s' if len(m.samples) != 1 else ''}" if m.samples else "no samples",
                     f"{len(m.readings)} reading(s) from log lines" if m.readings else None]
             cap = (f'<a href="#death-{i}">#{d.incarnation}</a> <span class="badge" '
@@ -349,7 +346,7 @@ def memory_section(report: Report) -> str:
     if limit_only:
         out.append('<p>Deaths whose logs state only the memory limit:</p><ul class="memory-known">')
         out.extend(f'<li><a href="#death-{i}">{esc(d.worker)} #{d.incarnation}</a> {esc(d.cause)}/{esc(d.detail)}: '
-                   f'limit {esc(fmt_bytes(d.memory.limit))}, no samples or readings</li>' for i, d in limit_only)
+                   f'limit {esc(format_bytes(d.memory.limit))}, no samples or readings</li>' for i, d in limit_only)
         out.append('</ul>')
     return "".join(out)
 
@@ -409,8 +406,8 @@ def render_html(report: Report, title: str = "kwdiag explain") -> str:
         rows = []
         for i, d in enumerate(report.deaths):
             m = d.memory
-            mem = (f"{fmt_bytes(m.peak)} of {fmt_bytes(m.limit)}" if m and m.peak and m.limit
-                   else f"limit {fmt_bytes(m.limit)}" if m and m.limit else "")
+            mem = (f"{format_bytes(m.peak)} of {format_bytes(m.limit)}" if m and m.peak and m.limit
+                   else f"limit {format_bytes(m.limit)}" if m and m.limit else "")
             rows.append(f'<tr><td><a href="#death-{i}">{esc(d.worker, 60)}</a></td><td>{d.incarnation}</td>'
                         f'<td>{esc(when(d.at))}</td><td><span class="badge" style="background:{_colour(d.cause)}">'
                         f'{esc(d.cause)}</span></td><td>{esc(d.detail, 60)}</td><td>{conf(d.confidence)}</td>'

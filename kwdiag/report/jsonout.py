@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kwdiag.analysis.model import Report
-from kwdiag.report.text import to_json
+from kwdiag.escape import to_json
 
 
 def render_json(report: Report) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from kwdiag.analysis.model import Report
-from kwdiag.report.text import conf, safe, when
+from kwdiag.escape import safe
+from kwdiag.report.text import conf, when
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#!])")
 

@@ -3,8 +3,8 @@
 Covers: resampling a ``MemoryTrace``'s samples to a fixed width (the maximum of each bucket, so a
 spike is never averaged away), scaling them against the memory limit (a climb to the limit, or to
 the nanny's terminate line, reaches the top block ``█``; values above it stay ``█``) or, with no
-limit known, against the peak; and human byte sizes (``fmt_bytes``). The output is plain text made of
-the eight block characters U+2581..U+2588 and ASCII: no colour, no terminal control sequences.
+limit known, against the peak (byte sizes are ``kwdiag.units``'). The output is plain text made of the
+eight block characters U+2581..U+2588 and ASCII: no colour, no terminal control sequences.
 
 Does not cover: deciding whether to show a line (the terminal reporter shows one for every death
 whose trace has nanny samples), or the HTML charts (``kwdiag.report.html``).
@@ -13,20 +13,10 @@ whose trace has nanny samples), or the HTML charts (``kwdiag.report.html``).
 from __future__ import annotations
 
 from kwdiag.analysis.model import MemoryTrace
+from kwdiag.units import format_bytes
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 WIDTH = 40
-
-
-def fmt_bytes(n: float | None) -> str:
-    """``412 MiB``, ``1.5 GiB``, ``900 KiB``, ``12 B``; ``?`` for None."""
-    if n is None:
-        return "?"
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= size:
-            v = n / size
-            return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def resample(values: list[float], width: int = WIDTH) -> list[float]:
@@ -59,11 +49,11 @@ def sparkline(trace: MemoryTrace | None, width: int = WIDTH) -> str | None:
     values = [v for _, v in trace.samples]
     peak = max(values + ([trace.peak] if trace.peak else []))
     top = trace.limit or peak
-    line = "memory " + blocks(resample(values, width), top) + f" peak {fmt_bytes(peak)}"
+    line = "memory " + blocks(resample(values, width), top) + f" peak {format_bytes(peak)}"
     if trace.limit:
-        line += f" of {fmt_bytes(trace.limit)} limit"
+        line += f" of {format_bytes(trace.limit)} limit"
         if trace.terminate_at:
-            line += f" (terminate at {fmt_bytes(trace.terminate_at)})"
+            line += f" (terminate at {format_bytes(trace.terminate_at)})"
     span = trace.samples[-1][0] - trace.samples[0][0]
     line += f", {len(values)} sample{'s' if len(values) != 1 else ''}"
     if span > 0:

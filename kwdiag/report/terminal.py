@@ -16,7 +16,8 @@ from typing import TextIO
 
 from kwdiag.analysis.model import Death, Report
 from kwdiag.report.sparkline import sparkline
-from kwdiag.report.text import conf, safe, when
+from kwdiag.escape import safe
+from kwdiag.report.text import conf, when
 
 FAIR = {True: "fair", False: "unfair", None: "cannot tell"}
 

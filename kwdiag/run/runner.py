@@ -120,7 +120,8 @@ def _stop_job(job: subprocess.Popen, first: int) -> None:
 
 def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...] = ()) -> int:
     """Run the job; return the exit code ``kwdiag run`` should end with."""
-    from kwdiag.analysis import analyze, load_rules
+    from kwdiag.engine import load_rules
+    from kwdiag.pipeline import analyze
     from kwdiag.check.policy import parse_selector, split_items
 
     script = job_argv[0]

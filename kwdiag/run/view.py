@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kwdiag.report.sparkline import fmt_bytes
-from kwdiag.report.text import safe
+from kwdiag.units import format_bytes
+from kwdiag.escape import safe
 
 PLAIN_PROGRESS_EVERY = 5.0  # seconds between progress lines when nothing else happens
 
@@ -148,7 +148,7 @@ class LiveView:
                 frac = min(1.0, memory / limit)
                 gauge = "▮" * int(10 * frac) + "▯" * (10 - int(10 * frac))
                 style = "red" if frac > 0.8 else "yellow" if frac > 0.6 else "green"
-            used = f"{fmt_bytes(memory)} / {fmt_bytes(limit)}" if limit else fmt_bytes(memory)
+            used = f"{format_bytes(memory)} / {format_bytes(limit)}" if limit else format_bytes(memory)
             table.add_row(Text(safe(w["name"], 40)), Text(used), Text(gauge, style=style),
                           str(w.get("executing", 0)), str(w.get("restarts", 0)))
         return Group(head, table)

@@ -22,12 +22,21 @@ from typing import Any, Callable, Iterable, Mapping
 
 import regex
 
-from kwdiag.analysis.model import CAUSES, SEVERITIES
+# The death-class vocabulary every verdict uses (docs/death-classes.md is the spec).
+CAUSES = (
+    "chose_to_exit",
+    "unrecoverable_exception",
+    "nanny_memory_restart",
+    "sudden_exit",
+    "version_mismatch",
+    "unknown",
+)
+SEVERITIES = ("info", "warning", "error")
 
 MATCH_TIMEOUT = 0.05  # seconds per pattern per line: a user's catastrophic pattern cannot hang us
 TIMEOUT_LIMIT = 5  # a rule whose patterns time out this often in one run is not tried again in that run
 RUNTIMES = ("kwdiag", "dask", "coiled")
-BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "rules"
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
 
 
 def builtin_rules_dir() -> Path:
@@ -386,3 +395,13 @@ def load_ruleset(extra_dirs: Iterable[Path | str] = ()) -> tuple[RuleSet, list[s
     ids = {r.id for r in extra}
     rules = [r for r in rules if r.id not in ids] + extra
     return RuleSet(rules), errors + extra_errors
+
+
+def load_rules(rules_dirs: Iterable[Path | str] = ()) -> RuleSet:
+    """The built-in rules plus ``rules_dirs``; raises ``KwdiagError`` (USAGE) if any rule file is broken."""
+    from kwdiag.errors import USAGE, KwdiagError
+
+    ruleset, errors = load_ruleset(list(rules_dirs))
+    if errors:
+        raise KwdiagError("cannot load rules: " + "; ".join(errors[:3]) + (" ..." if len(errors) > 3 else ""), USAGE)
+    return ruleset
