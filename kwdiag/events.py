@@ -70,7 +70,8 @@ class Event:
         return self.fields.get(name, default)
 
 
-def _iso(ts: float) -> str:
+def iso_time(ts: float) -> str:
+    """``ts`` (epoch seconds) as ISO 8601 UTC with milliseconds: ``2026-11-21T09:53:19.534Z``."""
     secs = int(ts)
     ms = int(round((ts - secs) * 1000))
     if ms == 1000:
@@ -98,7 +99,7 @@ def to_json_line(event: Event) -> str:
     record = {
         "v": FORMAT_VERSION,
         "ts": round(event.ts, 6),
-        "time": _iso(event.ts),
+        "time": iso_time(event.ts),
         "source": event.source,
         "kind": event.kind,
         "worker": event.worker,

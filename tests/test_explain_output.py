@@ -187,8 +187,8 @@ def test_analysis_never_imports_the_runtime():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     for p in list((ROOT / "kwdiag" / "analysis").rglob("*.py")) + list((ROOT / "kwdiag" / "readers").rglob("*.py")) \
-            + list((ROOT / "kwdiag" / "report").rglob("*.py")) + [ROOT / "kwdiag" / "timeline.py",
-                                                                  ROOT / "kwdiag" / "cli_analysis.py"]:
+            + list((ROOT / "kwdiag" / "report").rglob("*.py")) + list((ROOT / "kwdiag" / "timeline").rglob("*.py")) \
+            + [ROOT / "kwdiag" / "cli_analysis.py"]:
         import re
 
         src = p.read_text()

@@ -72,12 +72,12 @@ def test_agreeing_sources_raise_confidence_and_disagreeing_lower_it():
     alone = analyze_events(base + [exit_(5, "a", 1, exitcode=-11, signal_name="SIGSEGV", caused_by=None)], RULES)
     dump = ev(4.9, "worker", "fatal-signal", "a", rule="faulthandler-segfault", signal_name="SIGSEGV", incarnation=1)
     agree = analyze_events(base + [dump, exit_(5, "a", 1, exitcode=-11, signal_name="SIGSEGV", caused_by=None)], RULES)
-    odd = ev(4.9, "worker", "exception", "a", rule="python-disk-full", exception="OSError", incarnation=1)
+    odd = ev(4.9, "scheduler", "heartbeat-missed", "a", address="tcp://h:1")  # a rival story: a missed heartbeat
     disagree = analyze_events(base + [odd, exit_(5, "a", 1, exitcode=-11, signal_name="SIGSEGV", caused_by=None)], RULES)
     c0, c1, c2 = (x.deaths[0].confidence for x in (alone, agree, disagree))
     assert all(x.deaths[0].detail == "segfault" for x in (alone, agree, disagree))
     assert c1 > c0 > c2
-    assert "unrecoverable_exception/disk_full" in disagree.deaths[0].disagreement
+    assert "sudden_exit/heartbeat_timeout" in disagree.deaths[0].disagreement
 
 
 def test_no_evidence_is_unknown_not_a_guess():
@@ -148,7 +148,7 @@ def test_fingerprint_is_stable_across_runs():
 
 
 def test_fix_templates_drop_what_was_not_observed():
-    from kwdiag.analysis.classify import fill_template
+    from kwdiag.analysis.remedies import fill_template
 
     t = "[[Reached {peak} of {memory_limit}. ]]Use [[--memory-limit {suggested_memory}||a bigger --memory-limit]]."
     assert fill_template(t, {"peak": "1GiB", "memory_limit": "1GiB", "suggested_memory": "2GiB"}) == \

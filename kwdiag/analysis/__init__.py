@@ -35,7 +35,9 @@ __all__ = [
 def analyze_events(events, rules=None, *, file_runtime: dict | None = None, problems=(), files=(),
                    lines: int = 0, nbytes: int = 0) -> Report:
     """Pure analysis of already-read ``Event``s (with origins)."""
-    from kwdiag.analysis.classify import blame, classify, task_errors
+    from kwdiag.analysis.blame import blame
+    from kwdiag.analysis.classify import classify
+    from kwdiag.analysis.task_errors import task_errors
     from kwdiag.timeline import build_timeline
 
     if rules is None:

@@ -16,13 +16,12 @@ from typing import Iterable
 
 from kwdiag.analysis.model import MemoryTrace
 from kwdiag.events import Event
+from kwdiag.units import parse_size
 
 MAX_SAMPLES = 2000  # a hostile or huge log must not make one death's trace unbounded
 
 
 def _size(v) -> float | None:
-    from kwdiag.analysis.classify import parse_size
-
     n = parse_size(v)
     return n if n is not None and math.isfinite(n) and n >= 0 else None
 

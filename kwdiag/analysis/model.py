@@ -12,12 +12,13 @@ nor rendering (``kwdiag.report``).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kwdiag.events import iso_time
 from kwdiag.engine import CAUSES, SEVERITIES  # noqa: F401  (re-exported: the vocabulary of Death.cause)
 from kwdiag.readers.inputs import InputProblem
+from kwdiag.timeline.model import IncarnationSpan
 
 SCHEMA = "kwdiag.explain/1"
 SCHEMA_VERSION = 1
@@ -26,13 +27,7 @@ SCHEMA_VERSION = 1
 
 def iso(ts: float | None) -> str | None:
     """``ts`` (epoch seconds) as ISO 8601 UTC with milliseconds, or None."""
-    if ts is None:
-        return None
-    secs = int(ts)
-    ms = int(round((ts - secs) * 1000))
-    if ms == 1000:
-        secs, ms = secs + 1, 0
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z"
+    return None if ts is None else iso_time(ts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,22 +82,6 @@ class MemoryTrace:
     def to_dict(self) -> dict[str, Any]:
         return {"limit": self.limit, "terminate_fraction": self.terminate_fraction, "peak": self.peak,
                 "samples": [[t, v] for t, v in self.samples], "readings": [[t, v] for t, v in self.readings]}
-
-
-@dataclass(frozen=True, slots=True)
-class IncarnationSpan:
-    """When one incarnation of a worker lived: ``ended`` is None if it was alive when the logs end."""
-
-    worker: str
-    incarnation: int
-    started: float | None
-    ended: float | None
-    address: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"worker": self.worker, "incarnation": self.incarnation, "address": self.address,
-                "started": iso(self.started), "ended": iso(self.ended), "ts_started": self.started,
-                "ts_ended": self.ended}
 
 
 @dataclass(frozen=True, slots=True)

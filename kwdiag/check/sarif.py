@@ -62,7 +62,7 @@ def _synthetic_id(death) -> str:
 
 
 def _rule_descriptor(rule_id: str, rule, death) -> dict:
-    from kwdiag.analysis.classify import fill_template
+    from kwdiag.analysis.remedies import fill_template
 
     if rule is not None:
         title, why, severity = rule.title, rule.why, rule.severity

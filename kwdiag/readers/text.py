@@ -102,8 +102,6 @@ class _FileState:
         self.rules = rules
         self.timeouts = timeouts
         self.events: list[Event] = []
-        self.worker: str | None = None
-        self.address: str | None = None
         self.last_ts: float | None = None
         self.bad_utf8 = 0
         self.first_bad_utf8: int | None = None
@@ -156,32 +154,20 @@ class _FileState:
 
     def _emit(self, rule, groups: dict[str, Any], ts: float | None, level: str | None, text: str,
               origin: Origin) -> None:
-        kind = rule.emit_kind
         fields: dict[str, Any] = dict(rule.emit_fields)
         fields.update(groups)
         fields["rule"] = rule.id
+        # Whether the line speaks for the process whose log this is (the timeline attributes it within
+        # the file) or names whom it is about itself (the scheduler's lines, the environment's).
+        fields["ctx"] = rule.context
         worker = fields.pop("worker", None)
-        if worker is not None:
-            worker = str(worker)
-        if kind == "worker-start":
-            self.address = fields.get("address")
-            self.worker = None
-        elif kind == "worker-name" and worker:
-            self.worker = worker
-            if self.address:
-                fields.setdefault("address", self.address)
-        if rule.context:
-            if worker is None:
-                worker = self.worker
-            if "address" not in fields and self.address and kind != "nanny-start":
-                fields["address"] = self.address
         if ts is None:
             fields["ts_unknown"] = True
         self.events.append(Event(
             ts=ts if ts is not None else 0.0,
             source=rule.emit_source,
-            kind=kind,
-            worker=worker,
+            kind=rule.emit_kind,
+            worker=str(worker) if worker is not None else None,
             fields=fields,
             level=level or ("error" if rule.severity == "error" else "info"),
             message=text,
@@ -284,7 +270,8 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None)
 DUPLICATED_BY_EVENTS = {"worker-start", "worker-name", "worker-registered", "worker-removed", "worker-exit",
                         "worker-closing", "worker-end", "worker-closed", "nanny-memory-terminate", "heartbeat-missed",
                         "killed-worker", "task-erred", "versions-mismatch", "scheduler-close", "signal-received",
-                        "worker-restarting", "worker-info", "memory-pressure", "nanny-kill-after-close"}
+                        "worker-restarting", "worker-info", "memory-pressure", "nanny-kill-after-close",
+                        "worker-connected", "nanny-unregister"}
 
 
 def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list[FileResult], list[InputProblem]]:

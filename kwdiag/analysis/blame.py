@@ -1,0 +1,104 @@
+"""KilledWorker blame: which deaths counted against a task the scheduler gave up on, and whether that looks fair. Pure.
+
+Covers: one ``KilledWorkerBlame`` per task: the deaths counted (kwdiag: the scheduler names the blamed
+keys in its removal records; Dask: the last *N* unexpected deaths before the scheduler gave up, as its
+log does not say which tasks were running), their causes, and whether blaming the task looks fair
+(one consistent cause and no other task running: the task itself kills workers; different causes or
+other tasks running: raising allowed-failures may be right; too few deaths in the logs: cannot tell).
+
+Does not cover: classifying the deaths themselves (``kwdiag.analysis.classify``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kwdiag.analysis.classify import evidence_of, rules_for, runtimes_of
+from kwdiag.analysis.model import Death, Hint, KilledWorkerBlame
+from kwdiag.analysis.remedies import hints_for
+from kwdiag.engine import RuleSet
+from kwdiag.events import Event
+from kwdiag.timeline import Timeline
+
+
+def task_key(e: Event) -> str | None:
+    k = e.get("key")
+    return str(k) if k is not None else None
+
+
+def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
+          file_runtime: dict[str, str | None] | None = None) -> list[KilledWorkerBlame]:
+    """One ``KilledWorkerBlame`` per task the scheduler gave up on."""
+    by_task: dict[str, list[Event]] = {}
+    for e in tl.killed:
+        k = task_key(e)
+        if k is not None:
+            by_task.setdefault(_norm_key(k), []).append(e)
+    # kwdiag: the scheduler names the blamed keys in worker-removed events
+    blamed_at: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for inc in tl.incarnations():
+        for e in inc.events:
+            if e.kind == "worker-removed":
+                for k in e.get("blamed") or []:
+                    blamed_at[_norm_key(str(k))].append((inc.worker, inc.number))
+    out = []
+    for task, evs in by_task.items():
+        evs.sort(key=lambda e: e.ts)
+        first = next((e for e in evs if e.source == "scheduler"), evs[0])
+        n = next((e.get("deaths") for e in evs if isinstance(e.get("deaths"), int)), None)
+        af = next((e.get("allowed_failures") for e in evs if isinstance(e.get("allowed_failures"), int)), None)
+        if af is None and n is not None:
+            af = n - 1
+        reasons: list[str] = []
+        if task in blamed_at:
+            keys = set(blamed_at[task])
+            counted = [d for d in deaths if (d.worker, d.incarnation) in keys]
+        else:
+            before = [d for d in deaths if d.failure and d.at is not None and d.at <= first.ts + 1.0]
+            counted = before[-n:] if n else before[-1:]
+            reasons.append("the logs do not name the task running at each death; the deaths counted are the "
+                           f"last {len(counted)} unexpected death(s) before the scheduler gave up")
+        causes = tuple(sorted({f"{d.cause}/{d.detail}" for d in counted}))
+        fair: bool | None
+        if n is not None and len(counted) < n:
+            fair = None
+            reasons.append(f"the scheduler counted {n} deaths but the logs show {len(counted)}")
+        elif not counted:
+            fair = None
+        elif len(causes) == 1 and not causes[0].startswith("unknown"):
+            others = set()
+            for d in counted:
+                others |= {t for t in d.running if _norm_key(t) != task}
+            if others:
+                fair = False
+                reasons.append(f"other tasks were also running at those deaths: {', '.join(sorted(others)[:5])}")
+            else:
+                fair = True
+                reasons.append(f"every counted death has the same cause ({causes[0]}): the task itself most likely "
+                               "kills workers")
+        else:
+            fair = False
+            reasons.append("the counted deaths have different causes (" + ", ".join(causes)
+                           + "): some may be unrelated to this task")
+        ev = tuple(evidence_of(e, (rules_for(e, rules) or [None])[0]) for e in evs)
+        used_rules = [r for e in evs for r in rules_for(e, rules)]
+        obs = {"allowed_failures": af if af is not None else 3,
+               "suggested_allowed_failures": (af if af is not None else 3) + 2, "task": task}
+        files = {e.origin.file for e in evs if e.origin} | {x.file for d in counted for x in d.evidence}
+        hints = hints_for(used_rules, runtimes_of(files, file_runtime or {}), obs)
+        if fair is True:  # more retries would only kill more workers
+            hints = (Hint(text=f"The task itself kills the workers that run it ({causes[0]}): fix the task (see the "
+                          "fix for those deaths above); allowing more failures would only kill more workers.",
+                          runtime="any", rule=None),)
+        out.append(KilledWorkerBlame(task=task, deaths=tuple(counted), causes=causes, fair=fair,
+                                     reasons=tuple(reasons), allowed_failures=af, at=first.ts, evidence=ev,
+                                     hints=hints))
+    out.sort(key=lambda b: b.at or 0.0)
+    return out
+
+
+def _norm_key(k: str) -> str:
+    k = k.strip()
+    if len(k) >= 2 and k[0] == k[-1] and k[0] in "'\"":
+        k = k[1:-1]
+    return k

@@ -1,0 +1,186 @@
+"""Facts the lines imply but no single line states, derived as events so that rules decide from them. Pure.
+
+Covers, for one ended incarnation (each fact is an ``Event`` of kind ``fact-...`` whose origin is the
+line it rests on, so the evidence a verdict shows is still a real line):
+
+* ``fact-cluster-closed``: the whole cluster was being closed (the scheduler closing, or the worker's
+  own closing lines giving a cluster-wide reason) and this worker ended in an orderly way (its own
+  closing lines, an expected removal, its nanny's kill of a worker slow to close). Positive evidence
+  only: when a worker ended never decides it, so a SIGKILL seconds before the close stays a SIGKILL.
+* ``fact-close-requested``: the scheduler asked this worker to go (retire, close, restart), by address.
+* ``fact-vanished``: the scheduler lost the connection and nothing says the worker left on purpose or
+  crashed; ``own_log`` says whether the worker's own lines are in the input at all.
+* ``fact-never-registered``: the process failed while starting (a start-up failure or fatal exception,
+  and no sign that it ever registered).
+* ``fact-silent-exit``: the process ended itself with a non-zero status and its own lines, which are
+  in the input, show no Python traceback: ``os._exit`` or a C-level ``exit``.
+* ``fact-restarted``: the nanny restarted it after an exit it did not ask for, and nothing says why.
+* ``fact-no-evidence``: nothing at all says why it ended.
+
+Does not cover: what a fact means for the verdict (the ``rules/facts/`` files) or weighing votes.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from kwdiag.events import Event
+from kwdiag.timeline import Incarnation, Timeline, known_ts
+
+CLOSE_BEFORE = 5.0  # an orderly end this long before the scheduler's close line is part of the close
+CLOSE_AFTER = 120.0
+REQUEST_BEFORE = 120.0  # a retire/close request counts for an end this long after it
+# Reasons a worker (or its nanny) gives for closing that mean the whole cluster is going away.
+CLUSTER_REASONS = {"scheduler-close", "cluster-close", "nanny-close", "parent-died", "shutdown"}
+SIGNALLED_REASONS = {"signal-15", "signal-2", "signal"}
+ORDERLY_SLOTS = {"closing", "nanny-closing", "closed", "end"}
+VIOLENT_SLOTS = {"memory", "crash", "fatal", "startup", "heartbeat"}
+EXCEPTION_KINDS = {"exception", "worker-fatal", "worker-startup-failed"}
+
+
+def _fact(kind: str, basis: Event, message: str | None = None, **fields) -> Event:
+    """A fact resting on ``basis``: it shows as that line, read by the fact's rule."""
+    return Event(ts=basis.ts, source="kwdiag", kind=kind, worker=basis.worker, fields=fields,
+                 level="info", message=message if message is not None else basis.message, origin=basis.origin)
+
+
+def exit_signal(inc: Incarnation) -> int | None:
+    """The signal that ended the process, from its nanny's exit line (kwdiag: the exit record)."""
+    for e in inc.slots.get("exit", []):
+        sig = e.get("signal")
+        if isinstance(sig, int) and sig > 0:
+            return sig
+        code = e.get("exitcode")
+        if isinstance(code, int) and code < 0:
+            return -code
+    return None
+
+
+def exit_status(inc: Incarnation) -> int | None:
+    """The non-zero status a process ended itself with, from its nanny's exit line."""
+    for e in inc.slots.get("exit", []):
+        code = e.get("exitcode")
+        if isinstance(code, int) and not isinstance(code, bool) and code > 0 and e.get("signal") in (None, 0):
+            return code
+    return None
+
+
+def _orderly(inc: Incarnation) -> bool:
+    """The incarnation's own end lines show a close it chose (or its nanny's kill after a slow close)."""
+    slots = set(inc.slots)
+    if slots & VIOLENT_SLOTS:
+        return False
+    sig = exit_signal(inc)
+    if sig is not None and "escalate" not in slots and sig not in (15, 2):
+        return False
+    if exit_status(inc) is not None:
+        return False
+    if slots & ORDERLY_SLOTS or "escalate" in slots:
+        return True
+    removed = inc.slots.get("removed", [])
+    if any(e.get("expected") is True or e.get("how") in ("retired", "scheduler-close", "close-stream") for e in removed):
+        return True
+    return any(e.get("caused_by") in ("shutdown", "signal", "restart", "retire") for e in inc.slots.get("exit", []))
+
+
+def _reasons(inc: Incarnation) -> set[str]:
+    """The close reasons the worker's (or its nanny's) own end lines give."""
+    out: set[str] = set()
+    for e in inc.end_events:
+        if e.kind in ("worker-closing", "worker-end", "nanny-closing", "worker-exit"):
+            out |= _reasons_of(e)
+    return out
+
+
+def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
+    """The line that shows the cluster closing around this worker's end, if any.
+
+    The worker's own closing reason decides first: a cluster-wide one (``scheduler-close``) is the close
+    itself; a reason of its own (``retired``, ``lifetime``, a signal the scheduler did not also get) means
+    it left on its own even if the scheduler closed moments later. With no reason stated (older Dask, a
+    bare ``Stopping worker``), an orderly end near the scheduler's close is part of it.
+    """
+    for e in inc.end_events:
+        if _reasons_of(e) & CLUSTER_REASONS:
+            return e
+    own = {r for r in _reasons(inc) if r not in CLUSTER_REASONS}
+    end = inc.ended_at
+    for e in tl.cluster:
+        if e.kind != "scheduler-close":
+            continue
+        if own and e.get("reason") not in own:
+            continue  # it left for a reason of its own, not the scheduler's
+        ts = known_ts(e)
+        if end is None or ts is None:
+            if _same_file_before(e, inc):
+                return e
+            continue
+        if ts - CLOSE_BEFORE <= end <= ts + CLOSE_AFTER:
+            return e
+    return None
+
+
+def _reasons_of(e: Event) -> set[str]:
+    return {v for k in ("reason", "leaving_reason", "nanny_close_reason", "caused_by")
+            if isinstance(v := e.get(k), str)}
+
+
+def _same_file_before(e: Event, inc: Incarnation) -> bool:
+    if e.origin is None:
+        return False
+    ends = [x.origin.line for x in inc.end_events if x.origin is not None and x.origin.file == e.origin.file]
+    return bool(ends) and e.origin.line <= min(ends)
+
+
+def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
+    """A scheduler request naming this worker's address (retire, close, restart) shortly before its end."""
+    if not inc.address:
+        return None
+    end = inc.ended_at
+    for e in tl.cluster:
+        if e.kind not in ("retire-request", "close-request") or inc.address not in (e.message or ""):
+            continue
+        ts = known_ts(e)
+        if end is None or ts is None or 0 <= end - ts <= REQUEST_BEFORE:
+            return e
+    return None
+
+
+def _has_exception(events: Iterable[Event]) -> bool:
+    return any(e.kind in EXCEPTION_KINDS for e in events)
+
+
+def _own_lines(inc: Incarnation) -> bool:
+    """Lines of the worker process itself (not only its nanny's or the scheduler's) are in the input."""
+    return any(e.source == "worker" for e in inc.events)
+
+
+def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[Event]:
+    """The facts about ``inc``'s end (see the module doc); ``evidence`` is what the classifier gathered."""
+    facts: list[Event] = []
+    slots = set(inc.slots)
+    first_end = min(inc.end_events, key=lambda e: (e.origin.line if e.origin else 0)) if inc.end_events else None
+    orderly = _orderly(inc)
+    close = _cluster_close(inc, tl)
+    if close is not None and orderly:
+        facts.append(_fact("fact-cluster-closed", close, reason=close.get("reason")))
+    request = _close_request(inc, tl)
+    if request is not None and (orderly or not (slots & VIOLENT_SLOTS)):
+        facts.append(_fact("fact-close-requested", request, request=request.get("request", "retire")))
+    violent = bool(slots & VIOLENT_SLOTS) or exit_signal(inc) is not None or exit_status(inc) is not None
+    if "removed" in slots and not orderly and not violent and not slots & {"exit"}:
+        removed = inc.slots["removed"][0]
+        if removed.get("how") in (None, "connection-closed"):
+            facts.append(_fact("fact-vanished", removed, own_log=_own_lines(inc)))
+    if not inc.registered and slots & {"startup", "fatal"}:
+        basis = (inc.slots.get("startup") or inc.slots.get("fatal") or [first_end])[0]
+        if basis is not None:
+            facts.append(_fact("fact-never-registered", basis))
+    status = exit_status(inc)
+    if status is not None and _own_lines(inc) and not _has_exception(evidence):
+        facts.append(_fact("fact-silent-exit", inc.slots["exit"][0], exitcode=status))
+    if slots and slots <= {"restart", "unregister"}:
+        facts.append(_fact("fact-restarted", inc.slots.get("restart", inc.slots.get("unregister"))[0]))
+    if first_end is not None:
+        facts.append(_fact("fact-no-evidence", first_end))
+    return facts

@@ -1,0 +1,215 @@
+"""Pass 2 of the timeline: join the views of one process from several files into one incarnation. Pure.
+
+Covers: the scheduler's view (its ``Register worker`` / ``Remove worker`` / heartbeat lines name an
+address: one process per registration, so a fixed port registered five times is five processes), and
+joining views that are the same process: kwdiag's (name, incarnation number), the same pid, the same
+address over overlapping lifetimes (one-to-one, the biggest overlap first), and an exit line that named
+no process with the one process whose end the scheduler saw at about the same time. Two views never
+join when they disagree (different names, addresses, pids or incarnation numbers) or when both hold an
+end line of the same kind (one process ends once).
+
+Does not cover: attributing lines within a file (``kwdiag.timeline.streams``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from typing import Iterable
+
+from kwdiag.events import Event
+from kwdiag.timeline.model import REPEATABLE, Incarnation
+
+OVERLAP_TOLERANCE = 2.0  # seconds: the scheduler registers a worker a moment after it starts
+ANONYMOUS_JOIN = 5.0  # seconds between an unnamed exit line and the scheduler's removal of the same process
+
+
+# ---------------------------------------------------------------- the scheduler's view
+def scheduler_view(events: Iterable[Event]) -> list[Incarnation]:
+    """Processes as the scheduler saw them: from the lines that name a worker by address (or name)."""
+    by_addr: dict[str, list[Incarnation]] = defaultdict(list)
+    out: list[Incarnation] = []
+    for e in events:
+        addr = e.get("address")
+        key = addr if isinstance(addr, str) and addr else (f"name:{e.worker}" if e.worker else None)
+        if key is None:
+            continue
+        incs = by_addr[key]
+        cur = incs[-1] if incs else None
+        if cur is None or (e.kind == "worker-registered" and (cur.registered or cur.ended)) or not cur.can_take(e):
+            cur = Incarnation(address=addr if isinstance(addr, str) else None, name=e.worker,
+                              order=(10**9, e.origin.line if e.origin else 0), host=e.host)
+            incs.append(cur)
+            out.append(cur)
+        cur.add(e)
+        if e.worker and cur.name is None:
+            cur.name = e.worker
+        pid = e.get("pid")
+        if e.kind == "worker-registered" and isinstance(pid, int) and cur.pid is None:
+            cur.pid = pid
+        inc = e.get("incarnation")
+        if isinstance(inc, int) and cur.kw_incarnation is None:
+            cur.kw_incarnation = inc
+    return out
+
+
+# ---------------------------------------------------------------- joining views
+class _Joiner:
+    def __init__(self, procs: list[Incarnation]):
+        self.procs = procs
+        self.parent = list(range(len(procs)))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def join(self, i: int, j: int) -> bool:
+        a, b = self.find(i), self.find(j)
+        if a == b:
+            return True
+        pa, pb = self.procs[a], self.procs[b]
+        if not compatible(pa, pb):
+            return False
+        absorb(pa, pb)
+        self.parent[b] = a
+        return True
+
+    def roots(self) -> list[Incarnation]:
+        return [self.procs[i] for i in range(len(self.procs)) if self.find(i) == i]
+
+
+def compatible(a: Incarnation, b: Incarnation) -> bool:
+    for x, y in ((a.name, b.name), (a.address, b.address), (a.pid, b.pid), (a.host, b.host)):
+        if x is not None and y is not None and x != y:
+            return False
+    if a.kw_incarnation is not None and b.kw_incarnation is not None and a.kw_incarnation != b.kw_incarnation:
+        return False
+    common = set(a.slots) & set(b.slots)
+    return all(s in REPEATABLE for s in common)
+
+
+def absorb(a: Incarnation, b: Incarnation) -> None:
+    """``a`` takes ``b``'s events and identity (they are one process)."""
+    for e in b.events:
+        a.add(e)
+    a.address = a.address or b.address
+    a.pid = a.pid if a.pid is not None else b.pid
+    a.name = a.name or b.name
+    a.kw_incarnation = a.kw_incarnation if a.kw_incarnation is not None else b.kw_incarnation
+    a.stream = a.stream or b.stream
+    a.host = a.host or b.host
+    a.registered = a.registered or b.registered
+    a.order = min(a.order, b.order)
+    if b.started is not None and (a.started is None or b.started < a.started):
+        a.started = b.started
+
+
+def join_views(procs: list[Incarnation]) -> list[Incarnation]:
+    """One incarnation per process from the files' and the scheduler's views (see the module doc)."""
+    j = _Joiner(procs)
+    _join_by_key(j, lambda p: (p.name, p.kw_incarnation) if p.kw_incarnation is not None and p.name else None)
+    _join_by_key(j, lambda p: (p.host, p.pid) if p.pid is not None else None)
+    _join_by_address(j)
+    _join_unnamed_exits(j)
+    _join_by_successor(j)
+    return j.roots()
+
+
+def _join_by_key(j: _Joiner, key) -> None:
+    first: dict[object, int] = {}
+    for i, p in enumerate(j.procs):
+        k = key(p)
+        if k is None:
+            continue
+        if k in first:
+            j.join(first[k], i)
+        else:
+            first[k] = i
+
+
+def _span(p: Incarnation) -> tuple[float, float] | None:
+    a, b = p.first_ts, p.last_ts
+    if a is None or b is None:
+        return None
+    return (p.started if p.started is not None else a, b)
+
+
+def _join_by_address(j: _Joiner) -> None:
+    """Views of one address whose lifetimes overlap are one process: biggest overlap first, one-to-one."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i in range(len(j.procs)):
+        r = j.find(i)
+        if r == i and j.procs[i].address:
+            groups[j.procs[i].address].append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        pairs = []
+        untimed = [i for i in members if _span(j.procs[i]) is None]
+        timed = sorted((i for i in members if _span(j.procs[i]) is not None), key=lambda i: _span(j.procs[i])[0])
+        for x, i in enumerate(timed):
+            si = _span(j.procs[i])
+            for k in timed[x + 1:]:
+                sk = _span(j.procs[k])
+                if sk[0] > si[1] + OVERLAP_TOLERANCE:
+                    break
+                overlap = min(si[1], sk[1]) - max(si[0], sk[0])
+                if j.procs[i].stream != j.procs[k].stream:
+                    pairs.append((overlap, i, k))
+        for _, i, k in sorted(pairs, key=lambda t: -t[0]):
+            j.join(i, k)
+        # Lines without times (a pasted fragment): one view per file is one process when each file
+        # holds exactly one process of that address.
+        by_stream: dict[str | None, list[int]] = defaultdict(list)
+        for i in untimed:
+            by_stream[j.procs[i].stream].append(i)
+        singles = [v[0] for v in by_stream.values() if len(v) == 1]
+        for i in singles[1:]:
+            j.join(singles[0], i)
+
+
+def _join_unnamed_exits(j: _Joiner) -> None:
+    """An end that named no process (a nanny's exit line in a shared file) and a process whose end the
+    scheduler or its own lines name, at about the same time, lacking that kind of line: one process."""
+    roots = j.roots()
+    unnamed = [p for p in roots if p.address is None and p.name is None and p.kw_incarnation is None and p.ended
+               and p.ended_at is not None]
+    named = [p for p in roots if (p.address or p.name) and p.ended and p.ended_at is not None]
+    if not unnamed or not named:
+        return
+    index = {id(p): i for i, p in enumerate(j.procs)}
+    named.sort(key=lambda p: p.ended_at)
+    times = [p.ended_at for p in named]
+    for u in sorted(unnamed, key=lambda p: p.ended_at):
+        lo = bisect.bisect_left(times, u.ended_at - ANONYMOUS_JOIN)
+        hi = bisect.bisect_right(times, u.ended_at + ANONYMOUS_JOIN)
+        cands = [p for p in named[lo:hi] if j.find(index[id(p)]) == index[id(p)] and compatible(p, u)]
+        if not cands:
+            continue
+        best = min(cands, key=lambda p: abs(p.ended_at - u.ended_at))
+        j.join(index[id(best)], index[id(u)])
+
+
+def _join_by_successor(j: _Joiner) -> None:
+    """An end that named no process, in a file several workers share, and a worker of that file whose
+    name (or fixed address) a later start line takes up again: a name is alive once at a time, so the
+    earlier holder is the process that died."""
+    roots = j.roots()
+    index = {id(p): i for i, p in enumerate(j.procs)}
+    by_stream: dict[str, list[Incarnation]] = defaultdict(list)
+    for p in roots:
+        if p.stream is not None:
+            by_stream[p.stream].append(p)
+    for procs in by_stream.values():
+        procs.sort(key=lambda p: p.order)
+        for u in [p for p in procs if p.ended and p.address is None and p.name is None]:
+            later = [p for p in procs if p.order > u.order and (p.name or p.address)]
+            for succ in later:
+                holder = next((p for p in procs if p is not succ and p.order < u.order and not p.ended
+                               and ((succ.name and p.name == succ.name) or (succ.address and p.address == succ.address))),
+                              None)
+                if holder is not None and compatible(holder, u):
+                    j.join(index[id(holder)], index[id(u)])
+                    break

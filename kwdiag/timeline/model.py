@@ -1,0 +1,170 @@
+"""The timeline's types: ``Incarnation`` (one worker process, from its start to its end) and ``Timeline``.
+
+Covers: the *slots* an incarnation's end can fill (the nanny's exit line, its restart, the scheduler's
+removal, the worker's own closing lines, ...): each kind of end evidence has a slot, and one process
+ends once, so a second line for a slot that is already filled (a second "killed by signal 9") is a
+second process, whatever address it had. ``Incarnation`` keeps its identity (name, address, pid,
+kwdiag's incarnation number, the file holding its own lines) and its events; ``Timeline`` keeps the
+incarnations by worker plus the cluster-wide facts (scheduler close, KilledWorker, task errors,
+environment evidence that names no worker, per-file context that names no process).
+
+Does not cover: building a timeline (``kwdiag.timeline.streams`` and ``kwdiag.timeline.merge``) or
+deciding why an incarnation ended (``kwdiag.analysis``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kwdiag.events import Event, iso_time
+
+# The kinds of evidence that a process ended (or is being ended), and the slot each fills.
+SLOT_OF_KIND = {
+    "worker-exit": "exit",                  # the nanny: exit status or signal (kwdiag: the whole record)
+    "nanny-memory-terminate": "memory",     # the nanny terminates it for memory
+    "worker-restarting": "restart",         # the nanny restarts it after an exit it did not ask for
+    "nanny-unregister": "unregister",       # the nanny tells the scheduler its worker is gone
+    "worker-removed": "removed",            # the scheduler removed it
+    "heartbeat-missed": "heartbeat",        # the scheduler gave up on its heartbeats
+    "worker-closing": "closing",            # the worker closes itself ("Stopping worker ... Reason: ...")
+    "nanny-closing": "nanny-closing",       # its nanny closes it ("Nanny asking worker to close")
+    "worker-closed": "closed",              # "Worker closed": the close finished
+    "worker-end": "end",                    # the last line of a worker that ended on purpose
+    "worker-fatal": "fatal",                # an unrecoverable exception in the worker process itself
+    "worker-startup-failed": "startup",     # the process failed while starting (before it registered)
+    "nanny-kill-after-close": "escalate",   # the nanny killed a worker that did not close in time
+    "fatal-signal": "crash",                # a faulthandler dump or a shell's "Segmentation fault"
+}
+# Slots one end may fill more than once (a memory kill escalated to SIGKILL, several closing lines).
+REPEATABLE = {"memory", "closing", "nanny-closing", "fatal", "startup", "crash"}
+# Slots that can open a process of their own when no known process can take them: the evidence
+# that a process died even when nothing says which one (LocalCluster's WARNING-level stream).
+SELF_STANDING = {"exit", "memory", "restart", "unregister", "fatal", "startup", "crash", "heartbeat", "removed"}
+START_KINDS = {"worker-start", "worker-spawn", "worker-registered"}
+REGISTERED_KINDS = {"worker-registered", "worker-connected"}
+# Sources outside the cluster's own processes: their events name a pid or nothing, never a worker.
+ENV_SOURCES = {"kernel", "k8s", "slurm", "yarn"}
+TASK_ERROR_KINDS = {"task-erred"}
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else iso_time(ts)
+
+
+
+@dataclass(frozen=True, slots=True)
+class IncarnationSpan:
+    """When one incarnation of a worker lived: ``ended`` is None if it was alive when the logs end."""
+
+    worker: str
+    incarnation: int
+    started: float | None
+    ended: float | None
+    address: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"worker": self.worker, "incarnation": self.incarnation, "address": self.address,
+                "started": _iso(self.started), "ended": _iso(self.ended), "ts_started": self.started,
+                "ts_ended": self.ended}
+
+
+
+def slot_of(e: Event) -> str | None:
+    return SLOT_OF_KIND.get(e.kind)
+
+
+def known_ts(e: Event) -> float | None:
+    """``e``'s time, or None when its line carried none (pasted fragments, old Dask layouts)."""
+    return None if e.get("ts_unknown") else e.ts
+
+
+@dataclass(eq=False)
+class Incarnation:
+    """One worker process: its identity as far as the lines tell, its events and its end evidence."""
+
+    worker: str = ""  # who it is in the report: its name, else its address, else a description
+    number: int = 0  # per worker, in order of start
+    address: str | None = None
+    started: float | None = None
+    pid: int | None = None
+    events: list[Event] = field(default_factory=list)
+    name: str | None = None  # the worker's name, when a line gives it
+    kw_incarnation: int | None = None  # kwdiag's incarnation number
+    stream: str | None = None  # the file holding its own lines (None: seen only by the scheduler)
+    registered: bool = False
+    host: str | None = None
+    slots: dict[str, list[Event]] = field(default_factory=dict)
+    order: tuple[int, int] = (0, 0)  # (file index, line) where it was first seen
+
+    def add(self, e: Event) -> None:
+        self.events.append(e)
+        slot = slot_of(e)
+        if slot is not None:
+            self.slots.setdefault(slot, []).append(e)
+        ts = known_ts(e)
+        if e.kind in START_KINDS and ts is not None and (self.started is None or ts < self.started):
+            self.started = ts
+        if e.kind in REGISTERED_KINDS or e.get("key") is not None or e.get("running_tasks"):
+            self.registered = True  # it reached the scheduler (or ran a task, so it must have)
+
+    def can_take(self, e: Event) -> bool:
+        """Whether ``e`` can be more evidence of this process (its slot, if any, is still free)."""
+        slot = slot_of(e)
+        return slot is None or slot in REPEATABLE or slot not in self.slots
+
+    @property
+    def end_events(self) -> list[Event]:
+        return [e for evs in self.slots.values() for e in evs]
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.slots)
+
+    @property
+    def ended_at(self) -> float | None:
+        ts = [t for t in (known_ts(e) for e in self.end_events) if t is not None]
+        return min(ts) if ts else None
+
+    @property
+    def first_ts(self) -> float | None:
+        ts = [t for t in (known_ts(e) for e in self.events) if t is not None]
+        return min(ts) if ts else None
+
+    @property
+    def last_ts(self) -> float | None:
+        ts = [t for t in (known_ts(e) for e in self.events) if t is not None]
+        return max(ts) if ts else None
+
+    @property
+    def pids(self) -> set[int]:
+        return {self.pid} if self.pid is not None else set()
+
+
+@dataclass
+class Timeline:
+    workers: dict[str, list[Incarnation]] = field(default_factory=dict)
+    cluster: list[Event] = field(default_factory=list)  # cluster-wide lines that name no process
+    environment: list[Event] = field(default_factory=list)  # names no worker: kernel, k8s, slurm, ...
+    killed: list[Event] = field(default_factory=list)
+    task_errors: list[Event] = field(default_factory=list)
+    scheduler_close: float | None = None
+    scheduler_close_reason: str | None = None
+    allowed_failures: int | None = None
+    # lines of a file that name no process and belong to none (several workers share the file)
+    stream_context: dict[str, list[Event]] = field(default_factory=dict)
+
+    def incarnations(self) -> list[Incarnation]:
+        out = [i for incs in self.workers.values() for i in incs]
+        out.sort(key=lambda i: (i.ended_at if i.ended_at is not None else float("inf"), i.order, i.worker, i.number))
+        return out
+
+    def spans(self) -> list[IncarnationSpan]:
+        """When each incarnation lived, by worker and number (for the report's timeline)."""
+        out = []
+        for name in sorted(self.workers):
+            for inc in self.workers[name]:
+                started = inc.started if inc.started is not None else inc.first_ts
+                out.append(IncarnationSpan(worker=name, incarnation=inc.number, started=started,
+                                           ended=inc.ended_at if inc.ended else None, address=inc.address))
+        return out

@@ -1,0 +1,222 @@
+"""Pass 1 of the timeline: within one file, which process each line is about. Pure.
+
+Covers: walking one file's events in line order and giving each line that speaks for the process
+whose log it is (a nanny's or worker's own line) to an ``Incarnation`` of that file. A line that names
+its process (an address, a pid, kwdiag's incarnation number) goes to that process. A line that does
+not goes to the file's one current process while the file holds one worker at a time (a ``dask
+worker`` log: its nanny and its worker); once two workers were alive in it at once (LocalCluster's
+single stderr, ``--nworkers 2``), such a line goes only where the sequence shows it belongs (the
+nanny's "Restarting worker" follows its own exit line), opens an anonymous process when it is proof
+of a death by itself (an exit line, a restart), or waits as an *orphan* for the death it explains (a
+traceback printed just before the exit line that names the dead process).
+
+A new ``Start worker at`` starts a new process; a second line for an end slot already filled (a second
+"killed by signal 9") is a second process, so a worker restarted on a fixed port is counted once per
+death, not once per address.
+
+Does not cover: lines about other processes (the scheduler's, the environment's: ``kwdiag.timeline.merge``
+joins those and the files' processes into one set of incarnations).
+"""
+
+from __future__ import annotations
+
+from kwdiag.events import Event
+from kwdiag.timeline.model import SELF_STANDING, Incarnation, known_ts, slot_of
+
+# An orphan (a line that names no process, in a file shared by several) explains a death in the same
+# file if it comes at most this many lines, and this many seconds, before the death's first end line.
+ORPHAN_LINES = 400
+ORPHAN_SECONDS = 30.0
+# Follow-up lines of one death ("Unregistering worker", "Restarting worker") come within these.
+FOLLOW_LINES = 12
+FOLLOW_SECONDS = 10.0
+# Kinds that follow an exit in a nanny's sequence and belong to the death just seen.
+# Lines a nanny (or any server) writes about itself, not about its worker process.
+NOT_ABOUT_THE_WORKER = {"nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start"}
+FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory"}
+
+
+def _explicit(e: Event) -> tuple[str | None, int | None, int | None]:
+    """(address, pid, kwdiag incarnation) that the line itself states. A kwdiag worker's own event was
+    written by the worker process, so the writer's pid is the process's pid."""
+    addr, pid, inc = e.get("address"), e.get("pid"), e.get("incarnation")
+    if pid is None and e.source == "worker" and e.pid is not None:
+        pid = e.pid
+    return (addr if isinstance(addr, str) and addr else None,
+            pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            inc if isinstance(inc, int) and not isinstance(inc, bool) else None)
+
+
+class StreamAttributor:
+    """Attributes one file's own lines to processes. Feed events in line order, then ``finish()``."""
+
+    def __init__(self, name: str, index: int):
+        self.name = name
+        self.index = index
+        self.procs: list[Incarnation] = []
+        self.current: Incarnation | None = None  # the process an unnamed line is about, while one at a time
+        self.multi = False  # two processes were alive in this file at once
+        self.last_anchored: Incarnation | None = None
+        self.last_anchor_pos: tuple[int, float | None] = (0, None)
+        self.orphans: list[Event] = []
+        self.context: list[Event] = []  # lines that belong to no process (several share the file)
+
+    # ------------------------------------------------------------------ processes
+    def _new(self, e: Event, address: str | None = None, pid: int | None = None, inc: int | None = None,
+             name: str | None = None) -> Incarnation:
+        p = Incarnation(address=address, pid=pid, kw_incarnation=inc, name=name, stream=self.name,
+                        order=(self.index, e.origin.line if e.origin else 0), host=e.host)
+        alive = [q for q in self.procs if not q.ended]
+        if alive and (address is None or any(q.address != address for q in alive)):
+            if e.kind in ("worker-start", "worker-spawn") or address is not None:
+                self.multi = self.multi or any(q.address is not None for q in alive) or address is not None \
+                    and e.kind != "worker-spawn"
+        self.procs.append(p)
+        self.current = p
+        return p
+
+    def _find(self, address: str | None, pid: int | None, inc: int | None, name: str | None) -> Incarnation | None:
+        """The latest process of this file with the identity a line states (kwdiag's incarnation number and
+        name, else the pid, else the address, else the name)."""
+        for p in reversed(self.procs):
+            if inc is not None and p.kw_incarnation is not None:
+                if p.kw_incarnation == inc and (name is None or p.name in (None, name)):
+                    return p
+                continue
+            if pid is not None:
+                if p.pid == pid:
+                    return p
+                continue
+            if address is not None:
+                if p.address == address:
+                    return p
+                continue
+            if name is not None and p.name == name:
+                return p
+        return None
+
+    def _start(self, e: Event, address: str | None, pid: int | None, inc: int | None) -> Incarnation:
+        name = e.worker
+        cur = self.current
+        # kwdiag: the nanny's spawn and the worker's start of one incarnation arrive from two files, but
+        # within a file a start line continues a process only if that process has not started yet.
+        found = self._find(address, pid, inc, name) if inc is not None else None
+        if found is not None:
+            return found
+        if (cur is not None and not cur.ended and cur.started is None and not _started(cur)
+                and (cur.address is None or cur.address == address)):
+            return cur
+        if cur is not None and not cur.ended and _started(cur) and not self.multi:
+            # a second start while the first still lives: several workers share this file
+            self.multi = True
+        return self._new(e, address=address, pid=pid, inc=inc, name=name)
+
+    # ------------------------------------------------------------------ lines
+    def feed(self, e: Event) -> None:
+        if e.kind in NOT_ABOUT_THE_WORKER:
+            self.context.append(e)
+            return
+        address, pid, inc = _explicit(e)
+        if e.kind in ("worker-start", "worker-spawn"):
+            p = self._start(e, address, pid, inc)
+            self._give(p, e, address, pid, inc)
+            return
+        if e.kind == "worker-name":
+            target = self._latest_started()
+            if target is not None and target.name in (None, e.worker):
+                target.name = e.worker or target.name
+                target.add(e)
+            return
+        named = address is not None or pid is not None or inc is not None or e.worker is not None
+        p = self._find(address, pid, inc, e.worker) if named else None
+        slot = slot_of(e)
+        if p is None and (address is not None or inc is not None or e.worker is not None):
+            p = self._new(e, address=address, pid=pid, inc=inc, name=e.worker)  # named by the line itself
+        if p is None and not self.multi:
+            p = self.current
+            if p is None:
+                p = self._new(e)
+        if p is None:
+            p = self._unnamed_target(e, slot, pid)
+            if p is None:
+                if slot is None:
+                    self.orphans.append(e)
+                else:
+                    self.context.append(e)
+                return
+        elif not p.can_take(e):
+            p = self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
+        self._give(p, e, address, pid, inc)
+
+    def _unnamed_target(self, e: Event, slot: str | None, pid: int | None) -> Incarnation | None:
+        """Where a line that names no process goes in a file several processes share, if anywhere."""
+        if slot is None:
+            return None
+        last = self.last_anchored
+        if (last is not None and slot in FOLLOW_UP_SLOTS and last.can_take(e) and self._follows(e)
+                and (pid is None or last.pid in (None, pid))):
+            return last
+        if slot in SELF_STANDING:
+            return self._new(e, pid=pid)
+        return None
+
+    def _follows(self, e: Event) -> bool:
+        line0, ts0 = self.last_anchor_pos
+        line = e.origin.line if e.origin else 0
+        ts = known_ts(e)
+        if line - line0 > FOLLOW_LINES:
+            return False
+        return ts is None or ts0 is None or ts - ts0 <= FOLLOW_SECONDS
+
+    def _give(self, p: Incarnation, e: Event, address: str | None, pid: int | None, inc: int | None) -> None:
+        p.add(e)
+        if address is not None and p.address is None and e.kind != "nanny-start":
+            p.address = address
+        if pid is not None and p.pid is None and e.kind in ("worker-exit", "worker-spawn", "nanny-memory-terminate",
+                                                             "worker-start", "worker-registered"):
+            p.pid = pid
+        if inc is not None and p.kw_incarnation is None:
+            p.kw_incarnation = inc
+        if e.worker and p.name is None:
+            p.name = e.worker
+        if p.host is None and e.host:
+            p.host = e.host
+        if slot_of(e) is not None:
+            self.last_anchored = p
+            self.last_anchor_pos = (e.origin.line if e.origin else 0, known_ts(e))
+
+    def _latest_started(self) -> Incarnation | None:
+        for p in reversed(self.procs):
+            if _started(p):
+                return p
+        return self.current
+
+    # ------------------------------------------------------------------ the end
+    def finish(self) -> None:
+        """Give each orphan to the death it explains: the first process whose end follows it closely."""
+        if not self.orphans:
+            return
+        anchors = sorted(((_pos(e), p) for p in self.procs for e in p.end_events), key=lambda t: t[0])
+        j = 0
+        for o in self.orphans:
+            line, ts = _pos(o)
+            while j < len(anchors) and anchors[j][0][0] < line:
+                j += 1
+            target = None
+            if j < len(anchors):
+                (aline, ats), p = anchors[j]
+                close_in_time = ts is None or ats is None or 0 <= ats - ts <= ORPHAN_SECONDS
+                if aline - line <= ORPHAN_LINES and close_in_time:
+                    target = p
+            if target is not None:
+                target.add(o)
+            else:
+                self.context.append(o)
+
+
+def _started(p: Incarnation) -> bool:
+    return any(e.kind in ("worker-start", "worker-spawn") for e in p.events)
+
+
+def _pos(e: Event) -> tuple[int, float | None]:
+    return (e.origin.line if e.origin else 0, known_ts(e))
