@@ -73,7 +73,7 @@ class Rule:
     keywords: tuple[str, ...] = ()
     patterns: tuple[str, ...] = ()
     compiled: tuple[Any, ...] = ()
-    event_kind: str | None = None  # event rule: match events of this kind
+    event_kind: str | tuple[str, ...] | None = None  # event rule: match events of this kind (or these kinds)
     event_fields: Mapping[str, Any] = field(default_factory=dict)
     emit_kind: str | None = None  # line rule: the event a matching line becomes
     emit_source: str = "dask"
@@ -106,8 +106,13 @@ class Rule:
                 return {k: _convert(v) for k, v in m.groupdict().items() if v is not None}
         return None
 
+    @property
+    def event_kinds(self) -> tuple[str, ...]:
+        k = self.event_kind
+        return () if k is None else ((k,) if isinstance(k, str) else tuple(k))
+
     def match_event(self, kind: str, fields: Mapping[str, Any]) -> bool:
-        if self.event_kind is None or kind != self.event_kind:
+        if kind not in self.event_kinds:
             return False
         return all(_field_ok(fields.get(name), want) for name, want in self.event_fields.items())
 
@@ -118,10 +123,24 @@ def _convert(v: str) -> Any:
     return v
 
 
+_FIELD_PATTERNS: dict[str, Any] = {}
+
+
 def _field_ok(value: Any, want: Any) -> bool:
-    """Field condition: a list is any-of; "~" absent/null; "*" present; ">N"/"<N" numeric; else equal."""
+    """Field condition: a list is any-of; "~" absent/null; "*" present; ">N"/"<N" numeric; "re:PATTERN" a
+    regular expression the (string) value must contain; else equal."""
     if isinstance(want, list):
         return any(_field_ok(value, w) for w in want)
+    if isinstance(want, str) and want.startswith("re:"):
+        if not isinstance(value, str):
+            return False
+        pat = _FIELD_PATTERNS.get(want)
+        if pat is None:
+            pat = _FIELD_PATTERNS[want] = regex.compile(want[3:])
+        try:
+            return pat.search(value, timeout=MATCH_TIMEOUT) is not None
+        except TimeoutError:
+            return False
     if want == "~":
         return value is None or value == ""
     if want == "*":
@@ -162,6 +181,11 @@ def parse_rule(data: Mapping[str, Any], path: str) -> Rule:
             compiled.append(regex.compile(p))
         except regex.error as exc:
             raise RuleError(f"{path}: pattern {p!r} does not compile: {exc}") from None
+    for cond in _conditions(match.get("fields") or {}):
+        try:
+            _FIELD_PATTERNS.setdefault(cond, regex.compile(cond[3:]))
+        except regex.error as exc:
+            raise RuleError(f"{path}: field condition {cond!r} does not compile: {exc}") from None
     v = None
     if verdict:
         try:
@@ -182,7 +206,7 @@ def parse_rule(data: Mapping[str, Any], path: str) -> Rule:
         keywords=tuple(str(k) for k in _as_tuple(match.get("keywords"))),
         patterns=patterns,
         compiled=tuple(compiled),
-        event_kind=match.get("kind"),
+        event_kind=tuple(match["kind"]) if isinstance(match.get("kind"), list) else match.get("kind"),
         event_fields=dict(match.get("fields") or {}),
         emit_kind=event.get("kind"),
         emit_source=str(event.get("source", "dask")),
@@ -194,6 +218,16 @@ def parse_rule(data: Mapping[str, Any], path: str) -> Rule:
         examples_match=tuple(str(e) for e in _as_tuple(examples.get("match"))),
         examples_no_match=tuple(str(e) for e in _as_tuple(examples.get("no_match"))),
     )
+
+
+def _conditions(fields: Mapping[str, Any]) -> list[str]:
+    """The ``re:`` conditions among an event rule's field conditions."""
+    out = []
+    for want in fields.values():
+        for w in want if isinstance(want, list) else [want]:
+            if isinstance(w, str) and w.startswith("re:"):
+                out.append(w)
+    return out
 
 
 def _rule_files(directory: Path) -> list[Path]:
@@ -335,7 +369,8 @@ class RuleSet:
         self.prefilter = _stdre.compile(b"|".join(_stdre.escape(a) for a in self.anchors))
         self.events_by_kind: dict[str, list[Rule]] = {}
         for r in self.event_rules:
-            self.events_by_kind.setdefault(r.event_kind, []).append(r)
+            for kind in r.event_kinds:
+                self.events_by_kind.setdefault(kind, []).append(r)
 
     def match_line(self, text: str, timeouts: "RuleTimeouts | None" = None) -> list[tuple[Rule, dict[str, Any]]]:
         """Every line rule that matches ``text`` with its named groups, in rule-id order.

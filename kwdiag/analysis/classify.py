@@ -105,12 +105,19 @@ def _env_by_time(tl: Timeline, end: float | None, pids_known: frozenset[int]) ->
 
 
 # ---------------------------------------------------------------- phase 3: vote
+# Event rules of these areas read every event, whoever wrote it: what a close reason or a derived fact
+# means does not depend on the runtime. The others (``kwdiag``) read only kwdiag's own JSONL events.
+SHARED_AREAS = {"lifecycle", "facts"}
+
+
 def rules_for(event: Event, rules: RuleSet) -> list[Rule]:
-    """The rules that read ``event``: the line rule that produced it, or event rules on its kind/fields."""
+    """The rules that read ``event``: the line rule that produced it (plus the shared event rules on the
+    event it became), or, for a structured event, the event rules on its kind and fields."""
     rid = event.fields.get("rule") if hasattr(event.fields, "get") else None
     if isinstance(rid, str):
         r = rules.by_id.get(rid)
-        return [r] if r else []
+        shared = [x for x in rules.match_event(event.kind, event.fields) if x.area in SHARED_AREAS]
+        return ([r] if r else []) + shared
     return rules.match_event(event.kind, event.fields)
 
 

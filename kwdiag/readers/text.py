@@ -24,6 +24,7 @@ from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
+from kwdiag.readers.shapes import is_noise, unwrap
 
 DASK_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s+-\s+(\S+)\s+-\s+([A-Z]+)\s+-\s?(.*)$"
@@ -141,10 +142,15 @@ class _FileState:
             self.last_ts = ev.ts
             self.events.extend(events_from_tail(ev, self.rules, self.timeouts))
             return
+        if is_noise(text):
+            return
+        text, wrapper_ts = unwrap(text)
         ts, logger, level, msg = parse_prefix(text)
         if ts is None:
+            ts = wrapper_ts
+        if ts is None:
             if prev is not None:
-                ts = parse_prefix(prev.decode("utf-8", "replace"))[0]
+                ts = parse_prefix(unwrap(prev.decode("utf-8", "replace"))[0])[0]
             if ts is None:
                 ts = self.last_ts
         else:

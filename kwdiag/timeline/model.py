@@ -23,6 +23,7 @@ from kwdiag.events import Event, iso_time
 SLOT_OF_KIND = {
     "worker-exit": "exit",                  # the nanny: exit status or signal (kwdiag: the whole record)
     "nanny-memory-terminate": "memory",     # the nanny terminates it for memory
+    "nanny-memory-escalate": "memory-kill", # ... and, as it did not stop on SIGTERM, kills it
     "worker-restarting": "restart",         # the nanny restarts it after an exit it did not ask for
     "nanny-unregister": "unregister",       # the nanny tells the scheduler its worker is gone
     "worker-removed": "removed",            # the scheduler removed it
@@ -36,8 +37,8 @@ SLOT_OF_KIND = {
     "nanny-kill-after-close": "escalate",   # the nanny killed a worker that did not close in time
     "fatal-signal": "crash",                # a faulthandler dump or a shell's "Segmentation fault"
 }
-# Slots one end may fill more than once (a memory kill escalated to SIGKILL, several closing lines).
-REPEATABLE = {"memory", "closing", "nanny-closing", "fatal", "startup", "crash"}
+# Slots one end may fill more than once (several closing lines, a traceback's several frames).
+REPEATABLE = {"closing", "nanny-closing", "fatal", "startup", "crash"}
 # Slots that can open a process of their own when no known process can take them: the evidence
 # that a process died even when nothing says which one (LocalCluster's WARNING-level stream).
 SELF_STANDING = {"exit", "memory", "restart", "unregister", "fatal", "startup", "crash", "heartbeat", "removed"}

@@ -56,8 +56,6 @@ class StreamAttributor:
         self.procs: list[Incarnation] = []
         self.current: Incarnation | None = None  # the process an unnamed line is about, while one at a time
         self.multi = False  # two processes were alive in this file at once
-        self.last_anchored: Incarnation | None = None
-        self.last_anchor_pos: tuple[int, float | None] = (0, None)
         self.orphans: list[Event] = []
         self.context: list[Event] = []  # lines that belong to no process (several share the file)
 
@@ -66,11 +64,10 @@ class StreamAttributor:
              name: str | None = None) -> Incarnation:
         p = Incarnation(address=address, pid=pid, kw_incarnation=inc, name=name, stream=self.name,
                         order=(self.index, e.origin.line if e.origin else 0), host=e.host)
-        alive = [q for q in self.procs if not q.ended]
-        if alive and (address is None or any(q.address != address for q in alive)):
-            if e.kind in ("worker-start", "worker-spawn") or address is not None:
-                self.multi = self.multi or any(q.address is not None for q in alive) or address is not None \
-                    and e.kind != "worker-spawn"
+        cur = self.current
+        if (cur is not None and not cur.ended and _started(cur) and address is not None
+                and cur.address not in (None, address)):
+            self.multi = True  # a line about another live worker: several workers share this file
         self.procs.append(p)
         self.current = p
         return p
@@ -145,28 +142,36 @@ class StreamAttributor:
                     self.context.append(e)
                 return
         elif not p.can_take(e):
-            p = self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
+            follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS and not named else None
+            p = follow or self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
         self._give(p, e, address, pid, inc)
 
     def _unnamed_target(self, e: Event, slot: str | None, pid: int | None) -> Incarnation | None:
         """Where a line that names no process goes in a file several processes share, if anywhere."""
         if slot is None:
             return None
-        last = self.last_anchored
-        if (last is not None and slot in FOLLOW_UP_SLOTS and last.can_take(e) and self._follows(e)
-                and (pid is None or last.pid in (None, pid))):
-            return last
+        follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS else None
+        if follow is not None:
+            return follow
         if slot in SELF_STANDING:
             return self._new(e, pid=pid)
         return None
 
-    def _follows(self, e: Event) -> bool:
-        line0, ts0 = self.last_anchor_pos
+    def _dying_without(self, e: Event, pid: int | None) -> Incarnation | None:
+        """The latest process of this file that is ending (an end line came a moment ago) and has no line
+        of ``e``'s kind yet: the nanny's "Restarting worker" goes to the exit it follows, even when the
+        lines of two deaths interleave."""
         line = e.origin.line if e.origin else 0
         ts = known_ts(e)
-        if line - line0 > FOLLOW_LINES:
-            return False
-        return ts is None or ts0 is None or ts - ts0 <= FOLLOW_SECONDS
+        for p in reversed(self.procs[-8:]):
+            if not p.ended or not p.can_take(e) or (pid is not None and p.pid not in (None, pid)):
+                continue
+            last = max(p.end_events, key=lambda x: x.origin.line if x.origin else 0)
+            lline = last.origin.line if last.origin else 0
+            lts = known_ts(last)
+            if 0 <= line - lline <= FOLLOW_LINES and (ts is None or lts is None or ts - lts <= FOLLOW_SECONDS):
+                return p
+        return None
 
     def _give(self, p: Incarnation, e: Event, address: str | None, pid: int | None, inc: int | None) -> None:
         p.add(e)
@@ -181,9 +186,6 @@ class StreamAttributor:
             p.name = e.worker
         if p.host is None and e.host:
             p.host = e.host
-        if slot_of(e) is not None:
-            self.last_anchored = p
-            self.last_anchor_pos = (e.origin.line if e.origin else 0, known_ts(e))
 
     def _latest_started(self) -> Incarnation | None:
         for p in reversed(self.procs):
