@@ -1,0 +1,240 @@
+"""Score ``kwdiag explain`` (and a grep baseline) on labelled real logs: the corpus and the pastes.
+
+    python sample_logs/evaluate.py                 # every group, kwdiag and grep side by side
+    python sample_logs/evaluate.py --group pastes --cases   # one line per case
+    python sample_logs/evaluate.py --holdout        # only the cases kept back while rules were written
+
+Case sources:
+
+* ``sample_logs/corpus/cases/<dask version>/<case>/``: real Dask clusters made to lose workers by
+  ``sample_logs/corpus/generate.py``; ``labels.json`` says what the script did. Grouped by Dask version.
+* ``sample_logs/pastes/<case>/``: fragments users pasted into public issue threads, ``case.json``
+  labelled from what the thread established. Group ``pastes``.
+
+Each case's expected deaths are compared with the reported ones as multisets of causes: first deaths
+whose cause and detail both agree, then those whose cause agrees; a reported death whose cause no
+expected death has is *wrong* when an expected death is left to pair it with (it goes in the confusion
+matrix), else *extra*; an expected death left over is *missed*. ``right`` counts cause agreements.
+Precision is right / reported deaths with a cause (``unknown`` is not a claim); recall is right /
+expected. The grep baseline is five regular expressions a user would write, one per death class, each
+matching line counted as one death of that class.
+
+Standard library plus kwdiag; importable by the tests (``load_cases``, ``score_case``, ``grep_deaths``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "corpus" / "cases"
+PASTES = HERE / "pastes"
+
+# What a user would grep for, one regex per class (the baseline the issue measures against).
+GREP = [
+    ("nanny_memory_restart", re.compile(r"memory budget")),
+    ("sudden_exit", re.compile(r"killed by signal|Segmentation fault|OOMKilled|Killed process|failed to heartbeat")),
+    ("version_mismatch", re.compile(r"Mismatched versions|Failed to deserialize|unsupported pickle protocol")),
+    ("unrecoverable_exception", re.compile(r"exited with status|Traceback \(most recent call last\)")),
+    ("chose_to_exit", re.compile(r"Stopping worker|Closing worker gracefully|Retire worker|End worker")),
+]
+
+
+@dataclass
+class Case:
+    id: str
+    group: str
+    paths: list[str]
+    expected: list[tuple[str, str | None]]
+    killed_workers: list[str] = field(default_factory=list)
+    holdout: bool = False
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Score:
+    expected: int = 0
+    reported: int = 0  # reported deaths with a cause (not unknown)
+    reported_unknown: int = 0
+    right: int = 0  # cause agrees
+    right_detail: int = 0  # cause and detail agree
+    missed: int = 0
+    extra: int = 0
+    confusion: Counter = field(default_factory=Counter)  # (expected cause, reported cause) -> n
+
+    def add(self, other: "Score") -> None:
+        for k in ("expected", "reported", "reported_unknown", "right", "right_detail", "missed", "extra"):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+        self.confusion.update(other.confusion)
+
+    @property
+    def recall(self) -> float:
+        return self.right / self.expected if self.expected else 1.0
+
+    @property
+    def precision(self) -> float:
+        claimed = self.reported
+        right_claims = self.right - self.confusion.get(("unknown", "unknown"), 0)
+        return right_claims / claimed if claimed else 1.0
+
+
+def score_case(expected: list[tuple[str, str | None]], got: list[tuple[str, str]]) -> Score:
+    s = Score(expected=len(expected), reported=sum(1 for c, _ in got if c != "unknown"),
+              reported_unknown=sum(1 for c, _ in got if c == "unknown"))
+    exp, rep = list(expected), list(got)
+    for want_detail in (True, False):
+        for e in list(exp):
+            for g in rep:
+                if g[0] == e[0] and (not want_detail or e[1] is None or g[1] == e[1]):
+                    s.right += 1
+                    s.right_detail += int(want_detail)
+                    s.confusion[(e[0], g[0])] += 1
+                    exp.remove(e)
+                    rep.remove(g)
+                    break
+    for e, g in zip(list(exp), list(rep)):
+        s.confusion[(e[0], g[0])] += 1
+        exp.remove(e)
+        rep.remove(g)
+    s.missed = len(exp)
+    s.extra = len(rep)
+    for e in exp:
+        s.confusion[(e[0], "(missed)")] += 1
+    for g in rep:
+        s.confusion[("(none)", g[0])] += 1
+    return s
+
+
+def grep_deaths(paths: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for p in _files(paths):
+        text = Path(p).read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines():
+            for cause, rx in GREP:
+                if rx.search(line):
+                    out.append((cause, "grep"))
+                    break
+    return out
+
+
+def _files(paths: list[str]) -> list[str]:
+    out = []
+    for p in paths:
+        pp = Path(p)
+        if pp.is_dir():
+            out += [str(f) for f in sorted(pp.rglob("*")) if f.is_file() and f.suffix in (".log", ".txt", ".out", "")]
+        else:
+            out.append(str(pp))
+    return out
+
+
+# ---------------------------------------------------------------- loading cases
+def load_pastes() -> list[Case]:
+    out = []
+    for cj in sorted(PASTES.glob("*/case.json")):
+        c = json.loads(cj.read_text())
+        out.append(Case(id=cj.parent.name, group="pastes", paths=[str(cj.parent / "paste.txt")],
+                        expected=[(d["cause"], d.get("detail")) for d in c.get("deaths", [])],
+                        killed_workers=list(c.get("killed_workers", [])), holdout=bool(c.get("holdout")), meta=c))
+    return out
+
+
+def load_corpus() -> list[Case]:
+    from corpus_expect import expected_deaths  # noqa: E402  (beside this file)
+
+    out = []
+    for lj in sorted(CORPUS.glob("*/*/labels.json")):
+        labels = json.loads(lj.read_text())
+        version = lj.parent.parent.name
+        out.append(Case(id=f"{version}/{lj.parent.name}", group=f"dask {version}", paths=[str(lj.parent)],
+                        expected=expected_deaths(labels), killed_workers=list(labels.get("killed_workers", [])),
+                        holdout=bool(labels.get("holdout")), meta=labels))
+    return out
+
+
+def load_cases() -> list[Case]:
+    sys.path.insert(0, str(HERE))
+    return load_corpus() + load_pastes()
+
+
+# ---------------------------------------------------------------- running
+def kwdiag_deaths(paths: list[str], rules) -> list[tuple[str, str]]:
+    from kwdiag.pipeline import analyze
+
+    report = analyze(paths, rules=rules)
+    return [(d.cause, d.detail) for d in report.deaths]
+
+
+def _fmt(s: Score) -> str:
+    return (f"{s.right:4d}/{s.expected:<4d} right ({s.recall:6.1%})  precision {s.precision:6.1%}  "
+            f"detail {s.right_detail:4d}  missed {s.missed:3d}  extra {s.extra:3d}  unknown {s.reported_unknown:3d}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--group", help="only this group (e.g. pastes, 'dask 2026.8.0')")
+    ap.add_argument("--holdout", action="store_true", help="only held-out cases")
+    ap.add_argument("--tuned", action="store_true", help="only cases that are not held out")
+    ap.add_argument("--cases", action="store_true", help="one line per case")
+    ap.add_argument("--confusion", action="store_true", help="print the confusion matrix per group")
+    args = ap.parse_args(argv)
+    from kwdiag.engine import load_rules
+
+    rules = load_rules()
+    cases = [c for c in load_cases() if (not args.group or c.group == args.group)
+             and (not args.holdout or c.holdout) and (not args.tuned or not c.holdout)]
+    totals: dict[str, Score] = defaultdict(Score)
+    grep_totals: dict[str, Score] = defaultdict(Score)
+    for c in cases:
+        got = kwdiag_deaths(c.paths, rules)
+        s = score_case(c.expected, got)
+        g = score_case(c.expected, grep_deaths(c.paths))
+        totals[c.group].add(s)
+        grep_totals[c.group].add(g)
+        if args.cases:
+            mark = "ok " if s.right == s.expected and not s.extra and not (s.reported - s.right) else "BAD"
+            print(f"{mark} {c.id:45s} expected {sorted(Counter(x for x, _ in c.expected).items())} "
+                  f"got {sorted(Counter(x for x, _ in got).items())}")
+    print(f"{'group':18s} {'cases':>5s}  kwdiag / grep baseline")
+    for group in sorted(totals):
+        n = sum(1 for c in cases if c.group == group)
+        print(f"{group:18s} {n:5d}  kwdiag {_fmt(totals[group])}")
+        print(f"{'':18s} {'':5s}  grep   {_fmt(grep_totals[group])}")
+        if args.confusion:
+            print(confusion_table(totals[group]))
+    all_s, all_g = Score(), Score()
+    for s in totals.values():
+        all_s.add(s)
+    for s in grep_totals.values():
+        all_g.add(s)
+    print(f"{'all':18s} {len(cases):5d}  kwdiag {_fmt(all_s)}\n{'':24s} grep   {_fmt(all_g)}")
+    return 0
+
+
+CAUSE_ORDER = ["chose_to_exit", "unrecoverable_exception", "nanny_memory_restart", "sudden_exit",
+               "version_mismatch", "unknown"]
+
+
+def confusion_table(s: Score) -> str:
+    rows = CAUSE_ORDER + ["(none)"]
+    cols = CAUSE_ORDER + ["(missed)"]
+    short = {"chose_to_exit": "chose", "unrecoverable_exception": "unrec", "nanny_memory_restart": "memory",
+             "sudden_exit": "sudden", "version_mismatch": "version", "unknown": "unknown", "(missed)": "missed",
+             "(none)": "(none)"}
+    head = "expected \\ reported " + " ".join(f"{short[c]:>8s}" for c in cols)
+    lines = [head]
+    for r in rows:
+        vals = [s.confusion.get((r, c), 0) for c in cols]
+        if any(vals):
+            lines.append(f"{short[r]:19s} " + " ".join(f"{v:8d}" for v in vals))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
