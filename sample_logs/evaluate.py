@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         totals[c.group].add(s)
         grep_totals[c.group].add(g)
         if args.cases:
-            mark = "ok " if s.right == s.expected and not s.extra and not (s.reported - s.right) else "BAD"
+            mark = "ok " if s.right == s.expected == s.reported + s.reported_unknown else "BAD"
             print(f"{mark} {c.id:45s} expected {sorted(Counter(x for x, _ in c.expected).items())} "
                   f"got {sorted(Counter(x for x, _ in got).items())}")
     print(f"{'group':18s} {'cases':>5s}  kwdiag / grep baseline")

@@ -77,10 +77,30 @@ def _orderly(inc: Incarnation) -> bool:
         return False
     if slots & ORDERLY_SLOTS or "escalate" in slots:
         return True
-    removed = inc.slots.get("removed", [])
-    if any(e.get("expected") is True or e.get("how") in ("retired", "scheduler-close", "close-stream") for e in removed):
+    if any(removal_expected(e) for e in inc.slots.get("removed", [])):
         return True
     return any(e.get("caused_by") in ("shutdown", "signal", "restart", "retire") for e in inc.slots.get("exit", []))
+
+
+EXPECTED_STIMULI = ("retire-workers", "worker-close-gracefully", "client-restart")
+LEAVING_STATUSES = {"closing", "closing_gracefully", "Status.closing", "Status.closing_gracefully"}
+
+
+def removal_expected(e: Event) -> bool:
+    """The scheduler's removal of a worker it expected to leave: asked for (kwdiag's ``expected``, a
+    retirement), or a worker already closing when its connection went (Dask's ``status: closing``)."""
+    stimulus = e.get("stimulus")
+    return (e.get("expected") is True or e.get("how") in ("retired", "scheduler-close", "restart")
+            or e.get("status") in LEAVING_STATUSES
+            or (isinstance(stimulus, str) and stimulus.startswith(EXPECTED_STIMULI)))
+
+
+def removal_lost(e: Event) -> bool:
+    """The scheduler's removal of a worker whose connection simply went (nothing says it was leaving)."""
+    stimulus = e.get("stimulus")
+    if removal_expected(e) or (isinstance(stimulus, str) and stimulus.startswith("check-worker-ttl")):
+        return False
+    return e.get("how") in (None, "connection-closed")
 
 
 def _reasons(inc: Incarnation) -> set[str]:
@@ -170,7 +190,7 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
     violent = bool(slots & VIOLENT_SLOTS) or exit_signal(inc) is not None or exit_status(inc) is not None
     if "removed" in slots and not orderly and not violent and not slots & {"exit"}:
         removed = inc.slots["removed"][0]
-        if removed.get("how") in (None, "connection-closed"):
+        if removal_lost(removed):
             facts.append(_fact("fact-vanished", removed, own_log=_own_lines(inc)))
     if not inc.registered and slots & {"startup", "fatal"}:
         basis = (inc.slots.get("startup") or inc.slots.get("fatal") or [first_end])[0]

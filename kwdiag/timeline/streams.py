@@ -31,6 +31,9 @@ ORPHAN_SECONDS = 30.0
 FOLLOW_LINES = 12
 FOLLOW_SECONDS = 10.0
 # Kinds that follow an exit in a nanny's sequence and belong to the death just seen.
+# End lines a process writes (or its nanny writes) while it is still alive: after the nanny's exit line
+# for a process, such a line is about the next process.
+BEFORE_EXIT = {"memory", "memory-kill", "escalate", "closing", "nanny-closing", "crash", "fatal", "startup"}
 # Lines a nanny (or any server) writes about itself, not about its worker process.
 NOT_ABOUT_THE_WORKER = {"nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start"}
 FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory"}
@@ -141,7 +144,7 @@ class StreamAttributor:
                 else:
                     self.context.append(e)
                 return
-        elif not p.can_take(e):
+        elif not _fits(p, e):
             follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS and not named else None
             p = follow or self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
         self._give(p, e, address, pid, inc)
@@ -164,7 +167,7 @@ class StreamAttributor:
         line = e.origin.line if e.origin else 0
         ts = known_ts(e)
         for p in reversed(self.procs[-8:]):
-            if not p.ended or not p.can_take(e) or (pid is not None and p.pid not in (None, pid)):
+            if not p.ended or not _fits(p, e) or (pid is not None and p.pid not in (None, pid)):
                 continue
             last = max(p.end_events, key=lambda x: x.origin.line if x.origin else 0)
             lline = last.origin.line if last.origin else 0
@@ -214,6 +217,14 @@ class StreamAttributor:
                 target.add(o)
             else:
                 self.context.append(o)
+
+
+def _fits(p: Incarnation, e: Event) -> bool:
+    """``e`` can be more evidence of ``p``: its slot is free, and it is not a line a live process writes
+    arriving after ``p``'s nanny already reported ``p`` dead (a kwdiag exit record's own stderr tail aside)."""
+    if not p.can_take(e):
+        return False
+    return not (slot_of(e) in BEFORE_EXIT and "exit" in p.slots and e.get("via") != "stderr_tail")
 
 
 def _started(p: Incarnation) -> bool:
