@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from kwdiag.events import Event
+from kwdiag.timeline.environment import environment_deaths
 from kwdiag.timeline.merge import join_views, scheduler_view
 from kwdiag.timeline.model import (
     ENV_SOURCES,
@@ -74,7 +75,10 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             tl.stream_context[name] = att.context
     about_others.sort(key=lambda e: (e.ts, e.origin.line if e.origin else 0))
     procs.extend(scheduler_view(about_others))
-    _name_and_number(tl, join_views(procs))
+    procs = join_views(procs)
+    if not any(p.ended for p in procs):
+        procs.extend(environment_deaths(tl.environment))
+    _name_and_number(tl, procs)
     return tl
 
 

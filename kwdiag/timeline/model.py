@@ -36,9 +36,11 @@ SLOT_OF_KIND = {
     "worker-startup-failed": "startup",     # the process failed while starting (before it registered)
     "nanny-kill-after-close": "escalate",   # the nanny killed a worker that did not close in time
     "fatal-signal": "crash",                # a faulthandler dump or a shell's "Segmentation fault"
+    # the environment's word on a process (kernel OOM killer, Kubernetes, SLURM, YARN)
+    "kernel-oom-kill": "env", "k8s-status": "env", "slurm-oom": "env", "slurm-time-limit": "env", "yarn-kill": "env",
 }
 # Slots one end may fill more than once (several closing lines, a traceback's several frames).
-REPEATABLE = {"closing", "nanny-closing", "fatal", "startup", "crash"}
+REPEATABLE = {"closing", "nanny-closing", "fatal", "startup", "crash", "env"}
 # Slots that can open a process of their own when no known process can take them: the evidence
 # that a process died even when nothing says which one (LocalCluster's WARNING-level stream).
 SELF_STANDING = {"exit", "memory", "restart", "unregister", "fatal", "startup", "crash", "heartbeat", "removed"}
