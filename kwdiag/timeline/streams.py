@@ -61,6 +61,11 @@ class StreamAttributor:
         self.multi = False  # two processes were alive in this file at once
         self.orphans: list[Event] = []
         self.context: list[Event] = []  # lines that belong to no process (several share the file)
+        self.by_inc: dict[tuple[str | None, int], Incarnation] = {}
+        self.by_inc_any: dict[int, Incarnation] = {}
+        self.by_pid: dict[int, Incarnation] = {}
+        self.by_address: dict[str, Incarnation] = {}
+        self.by_name: dict[str, Incarnation] = {}
 
     # ------------------------------------------------------------------ processes
     def _new(self, e: Event, address: str | None = None, pid: int | None = None, inc: int | None = None,
@@ -73,27 +78,36 @@ class StreamAttributor:
             self.multi = True  # a line about another live worker: several workers share this file
         self.procs.append(p)
         self.current = p
+        self._index(p)
         return p
 
     def _find(self, address: str | None, pid: int | None, inc: int | None, name: str | None) -> Incarnation | None:
         """The latest process of this file with the identity a line states (kwdiag's incarnation number and
-        name, else the pid, else the address, else the name)."""
-        for p in reversed(self.procs):
-            if inc is not None and p.kw_incarnation is not None:
-                if p.kw_incarnation == inc and (name is None or p.name in (None, name)):
-                    return p
-                continue
-            if pid is not None:
-                if p.pid == pid:
-                    return p
-                continue
-            if address is not None:
-                if p.address == address:
-                    return p
-                continue
-            if name is not None and p.name == name:
+        name, else the pid, else the address, else the name). Indexed: a file may hold many thousands."""
+        if inc is not None:
+            p = self.by_inc.get((name, inc)) or (self.by_inc_any.get(inc) if name is None else None)
+            if p is None and name is not None:
+                p = self.by_inc.get((None, inc))
+            if p is not None:
                 return p
+        if pid is not None:
+            return self.by_pid.get(pid)
+        if address is not None:
+            return self.by_address.get(address)
+        if name is not None:
+            return self.by_name.get(name)
         return None
+
+    def _index(self, p: Incarnation) -> None:
+        if p.kw_incarnation is not None:
+            self.by_inc[(p.name, p.kw_incarnation)] = p
+            self.by_inc_any[p.kw_incarnation] = p
+        if p.pid is not None:
+            self.by_pid[p.pid] = p
+        if p.address is not None:
+            self.by_address[p.address] = p
+        if p.name is not None:
+            self.by_name[p.name] = p
 
     def _start(self, e: Event, address: str | None, pid: int | None, inc: int | None) -> Incarnation:
         name = e.worker
@@ -126,6 +140,7 @@ class StreamAttributor:
             if target is not None and target.name in (None, e.worker):
                 target.name = e.worker or target.name
                 target.add(e)
+                self._index(target)
             return
         named = address is not None or pid is not None or inc is not None or e.worker is not None
         p = self._find(address, pid, inc, e.worker) if named else None
@@ -189,6 +204,7 @@ class StreamAttributor:
             p.name = e.worker
         if p.host is None and e.host:
             p.host = e.host
+        self._index(p)
 
     def _latest_started(self) -> Incarnation | None:
         for p in reversed(self.procs):
