@@ -142,10 +142,11 @@ def collect_votes(events: Iterable[Event], rules: RuleSet) -> tuple[list[Vote], 
 
 
 def _relevant_votes(inc: Incarnation, votes: list[Vote]) -> list[Vote]:
-    """A process killed by a signal did not die of a Python exception printed before it."""
+    """A process its nanny saw killed by a signal did not die of a Python exception: not of a traceback
+    printed before it (a task error's), nor of what failed after it (a nanny that then fails to start)."""
     if exit_signal(inc) is None:
         return votes
-    return [v for v in votes if not (v.cause == EXCEPTION_CAUSE and v.event.kind == "exception")]
+    return [v for v in votes if v.cause != EXCEPTION_CAUSE]
 
 
 def vote(inc: Incarnation, tl: Timeline, events: list[Event], inp: Inputs) -> tuple[Decision, list[Vote], list]:
