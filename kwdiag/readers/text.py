@@ -272,12 +272,14 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None)
     return res
 
 
-# what a kwdiag text log says that its JSONL events already carry (tracebacks etc. are kept)
+# What a kwdiag text log says that its JSONL events already carry: every lifecycle and end line (the
+# nanny's exit record keeps the worker's stderr tail, faulthandler dumps and tracebacks included).
 DUPLICATED_BY_EVENTS = {"worker-start", "worker-name", "worker-registered", "worker-removed", "worker-exit",
                         "worker-closing", "worker-end", "worker-closed", "nanny-memory-terminate", "heartbeat-missed",
                         "killed-worker", "task-erred", "versions-mismatch", "scheduler-close", "signal-received",
                         "worker-restarting", "worker-info", "memory-pressure", "nanny-kill-after-close",
-                        "worker-connected", "nanny-unregister"}
+                        "worker-connected", "nanny-unregister", "nanny-closing", "nanny-memory-escalate",
+                        "fatal-signal", "worker-fatal", "worker-startup-failed", "exception"}
 
 
 def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list[FileResult], list[InputProblem]]:

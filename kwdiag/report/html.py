@@ -121,6 +121,8 @@ def timeline_svg(report: Report) -> str:
         times.append(report.first_ts)
     if report.last_ts is not None:
         times.append(report.last_ts)
+    if not times:  # a paste without timestamps: nothing to place on a time axis
+        return '<p class="note">These logs carry no timestamps, so there is no timeline to draw.</p>'
     t0, t1 = min(times), max(times)
     if t1 - t0 < 1e-3:
         t1 = t0 + 1.0

@@ -50,6 +50,7 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     tl = Timeline()
     streams: dict[str, list[Event]] = defaultdict(list)
     about_others: list[Event] = []
+    named: list[Event] = []  # the scheduler's lines about a worker it names only by name
     for e in events:
         if e.kind in TASK_ERROR_KINDS:
             tl.task_errors.append(e)
@@ -61,6 +62,8 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             streams[e.origin.file if e.origin else "?"].append(e)
         elif e.kind in _SCHEDULER_VIEW_KINDS and (isinstance(e.get("address"), str) or e.worker):
             about_others.append(e)
+        elif e.worker and e.kind in _NAMED_KINDS:
+            named.append(e)
         else:
             _cluster_fact(tl, e)
     procs: list[Incarnation] = []
@@ -76,6 +79,8 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     about_others.sort(key=lambda e: (e.ts, e.origin.line if e.origin else 0))
     procs.extend(scheduler_view(about_others))
     procs = join_views(procs)
+    for e in named:
+        _attach_by_name(tl, procs, e)
     if not any(p.ended for p in procs):
         procs.extend(environment_deaths(tl.environment))
     _name_and_number(tl, procs)
@@ -84,6 +89,27 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
 
 # The scheduler's lines that follow one worker process from its registration to its removal.
 _SCHEDULER_VIEW_KINDS = {"worker-registered", "worker-removed", "heartbeat-missed"}
+
+
+# Lines about a worker that only its name identifies (the scheduler's version check of a worker).
+_NAMED_KINDS = {"versions-mismatch"}
+
+
+def _attach_by_name(tl: Timeline, procs: list[Incarnation], e: Event) -> None:
+    """Give ``e`` to the process of that name alive at its time (the latest one started before it)."""
+    ts = known_ts(e)
+    best = None
+    for p in procs:
+        if p.name != e.worker:
+            continue
+        start = p.started if p.started is not None else p.first_ts
+        if ts is None or start is None or start <= ts + 1.0:
+            if best is None or (start or 0.0) >= (best.started or best.first_ts or 0.0):
+                best = p
+    if best is None:
+        tl.cluster.append(e)
+    else:
+        best.add(e)
 
 
 def _cluster_fact(tl: Timeline, e: Event) -> None:

@@ -171,8 +171,9 @@ def _join_by_address(j: _Joiner) -> None:
 
 
 def _join_unnamed_exits(j: _Joiner) -> None:
-    """An end that named no process (a nanny's exit line in a shared file) and a process whose end the
-    scheduler or its own lines name, at about the same time, lacking that kind of line: one process."""
+    """An end that named no process (a nanny's exit line in a shared file) and a process of the same file
+    whose end the scheduler or its own lines name, at about the same time, lacking that kind of line: one
+    process. Never across files: a line of one worker's log says nothing of another's process."""
     roots = j.roots()
     unnamed = [p for p in roots if p.address is None and p.name is None and p.kw_incarnation is None and p.ended
                and p.ended_at is not None]
@@ -185,7 +186,8 @@ def _join_unnamed_exits(j: _Joiner) -> None:
     for u in sorted(unnamed, key=lambda p: p.ended_at):
         lo = bisect.bisect_left(times, u.ended_at - ANONYMOUS_JOIN)
         hi = bisect.bisect_right(times, u.ended_at + ANONYMOUS_JOIN)
-        cands = [p for p in named[lo:hi] if j.find(index[id(p)]) == index[id(p)] and compatible(p, u)]
+        cands = [p for p in named[lo:hi] if j.find(index[id(p)]) == index[id(p)] and p.stream == u.stream
+                 and compatible(p, u)]
         if not cands:
             continue
         best = min(cands, key=lambda p: abs(p.ended_at - u.ended_at))
