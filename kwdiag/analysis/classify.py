@@ -41,7 +41,7 @@ LIFECYCLE_KINDS = {"worker-exit", "worker-removed", "worker-closing", "worker-en
                    "worker-startup-failed", "nanny-kill-after-close", "fatal-signal"}
 START_LIKE = {"worker-start", "worker-registered", "worker-spawn", "worker-connected"}
 MAX_EVIDENCE = 12
-QUIET_KINDS = {"worker-registered", "worker-name", "worker-info", "worker-start", "worker-spawn",
+QUIET_KINDS = {"worker-registered", "worker-name", "worker-info", "worker-start", "worker-spawn", "worker-waiting",
                "worker-connected"}  # context, not evidence
 EXCEPTION_CAUSE = "unrecoverable_exception"
 

@@ -12,6 +12,8 @@ line it rests on, so the evidence a verdict shows is still a real line):
   crashed; ``own_log`` says whether the worker's own lines are in the input at all.
 * ``fact-never-registered``: the process failed while starting (a start-up failure or fatal exception,
   and no sign that it ever registered).
+* ``fact-gave-up-waiting``: it waited for the scheduler, never registered, and closed in an orderly way
+  (older Dask says nothing more when ``--death-timeout`` expires).
 * ``fact-silent-exit``: the process ended itself with a non-zero status and its own lines, which are
   in the input, show no Python traceback: ``os._exit`` or a C-level ``exit``.
 * ``fact-restarted``: the nanny restarted it after an exit it did not ask for, and nothing says why.
@@ -22,6 +24,7 @@ Does not cover: what a fact means for the verdict (the ``rules/facts/`` files) o
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from kwdiag.events import Event
@@ -65,7 +68,22 @@ def exit_status(inc: Incarnation) -> int | None:
     return None
 
 
-def _orderly(inc: Incarnation) -> bool:
+def _said_goodbye(removal: Event, tl: Timeline) -> bool:
+    """The scheduler read the worker's goodbye (``Received 'close-stream'``) just before removing it."""
+    near = tl.lines_before(removal, {"comm-close-stream", "comm-closed"})
+    return bool(near) and near[0].kind == "comm-close-stream"
+
+
+def _vanished_unannounced(removal: Event, tl: Timeline) -> bool:
+    """The scheduler's own lines say the connection simply went: kwdiag's ``connection-closed`` record, or
+    Dask's ``Connection to ... has been closed.`` just before the removal. Older Dask says neither."""
+    if removal.get("how") == "connection-closed":
+        return True
+    near = tl.lines_before(removal, {"comm-close-stream", "comm-closed"})
+    return bool(near) and near[0].kind == "comm-closed"
+
+
+def _orderly(inc: Incarnation, tl: Timeline) -> bool:
     """The incarnation's own end lines show a close it chose (or its nanny's kill after a slow close)."""
     slots = set(inc.slots)
     if slots & VIOLENT_SLOTS:
@@ -78,6 +96,8 @@ def _orderly(inc: Incarnation) -> bool:
     if slots & ORDERLY_SLOTS or "escalate" in slots:
         return True
     if any(removal_expected(e) for e in inc.slots.get("removed", [])):
+        return True
+    if any(_said_goodbye(e, tl) for e in inc.slots.get("removed", [])):
         return True
     return any(e.get("caused_by") in ("shutdown", "signal", "restart", "retire") for e in inc.slots.get("exit", []))
 
@@ -140,6 +160,19 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
     return None
 
 
+def _removed_by_the_close(inc: Incarnation, close: Event) -> bool:
+    """Only the scheduler saw this worker end, and it removed it after it had begun to close: the close
+    took the worker with it (the scheduler's own log has nothing else to say)."""
+    if set(inc.slots) != {"removed"} or close.kind != "scheduler-close":
+        return False
+    r = inc.slots["removed"][0]
+    rts, cts = known_ts(r), known_ts(close)
+    if rts is not None and cts is not None:
+        return rts >= cts
+    return (r.origin is not None and close.origin is not None and r.origin.file == close.origin.file
+            and r.origin.line > close.origin.line)
+
+
 def _reasons_of(e: Event) -> set[str]:
     return {v for k in ("reason", "leaving_reason", "nanny_close_reason", "caused_by")
             if isinstance(v := e.get(k), str)}
@@ -153,17 +186,26 @@ def _same_file_before(e: Event, inc: Incarnation) -> bool:
 
 
 def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
-    """A scheduler request naming this worker's address (retire, close, restart) shortly before its end."""
-    if not inc.address:
-        return None
+    """A scheduler request for this worker to go (retire, close, restart) shortly before its end: one that
+    names its address or its name, or a restart of every worker."""
     end = inc.ended_at
     for e in tl.cluster:
-        if e.kind not in ("retire-request", "close-request") or inc.address not in (e.message or ""):
+        if e.kind not in ("retire-request", "close-request") or not _names(e, inc):
             continue
         ts = known_ts(e)
         if end is None or ts is None or 0 <= end - ts <= REQUEST_BEFORE:
             return e
     return None
+
+
+def _names(request: Event, inc: Incarnation) -> bool:
+    text = request.message or ""
+    if request.get("request") == "restart" and request.get("addresses") is None:
+        return True  # "Restarting all workers", "Restarting workers and releasing all keys"
+    if inc.address and inc.address in text:
+        return True
+    # Dask's LocalCluster retires its workers by name: "Retire worker addresses (...) (0, 1, 2)"
+    return bool(inc.name) and re.search(r"[\s(\[,'\"]" + re.escape(inc.name) + r"[\s)\],'\"]", text) is not None
 
 
 def _has_exception(events: Iterable[Event]) -> bool:
@@ -180,9 +222,9 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
     facts: list[Event] = []
     slots = set(inc.slots)
     first_end = min(inc.end_events, key=lambda e: (e.origin.line if e.origin else 0)) if inc.end_events else None
-    orderly = _orderly(inc)
+    orderly = _orderly(inc, tl)
     close = _cluster_close(inc, tl)
-    if close is not None and orderly:
+    if close is not None and (orderly or _removed_by_the_close(inc, close)):
         facts.append(_fact("fact-cluster-closed", close, reason=close.get("reason")))
     request = _close_request(inc, tl)
     if request is not None and (orderly or not (slots & VIOLENT_SLOTS)):
@@ -190,12 +232,15 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
     violent = bool(slots & VIOLENT_SLOTS) or exit_signal(inc) is not None or exit_status(inc) is not None
     if "removed" in slots and not orderly and not violent and not slots & {"exit"}:
         removed = inc.slots["removed"][0]
-        if removal_lost(removed):
-            facts.append(_fact("fact-vanished", removed, own_log=_own_lines(inc)))
+        own = _own_lines(inc)
+        if removal_lost(removed) and (own or _vanished_unannounced(removed, tl)):
+            facts.append(_fact("fact-vanished", removed, own_log=own))
     if not inc.registered and slots & {"startup", "fatal"}:
         basis = (inc.slots.get("startup") or inc.slots.get("fatal") or [first_end])[0]
         if basis is not None:
             facts.append(_fact("fact-never-registered", basis))
+    if not inc.registered and orderly and any(e.kind == "worker-waiting" for e in inc.events):
+        facts.append(_fact("fact-gave-up-waiting", first_end))
     status = exit_status(inc)
     if status is not None and _own_lines(inc) and not _has_exception(evidence):
         facts.append(_fact("fact-silent-exit", inc.slots["exit"][0], exitcode=status))

@@ -13,15 +13,15 @@ Does not cover: attributing lines within a file (``kwdiag.timeline.streams``).
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from typing import Iterable
 
 from kwdiag.events import Event
-from kwdiag.timeline.model import REPEATABLE, Incarnation
+from kwdiag.timeline.model import REPEATABLE, Incarnation, known_ts
 
 OVERLAP_TOLERANCE = 2.0  # seconds: the scheduler registers a worker a moment after it starts
 ANONYMOUS_JOIN = 5.0  # seconds between an unnamed exit line and the scheduler's removal of the same process
+ANONYMOUS_LINES = 12  # ... or lines between them, when the lines carry no time
 
 
 # ---------------------------------------------------------------- the scheduler's view
@@ -171,27 +171,43 @@ def _join_by_address(j: _Joiner) -> None:
 
 
 def _join_unnamed_exits(j: _Joiner) -> None:
-    """An end that named no process (a nanny's exit line in a shared file) and a process of the same file
-    whose end the scheduler or its own lines name, at about the same time, lacking that kind of line: one
-    process. Never across files: a line of one worker's log says nothing of another's process."""
+    """An end that named no process (a nanny's exit line in a shared file) and a process whose end the
+    scheduler or its own lines name, in the same file and at about the same time (or, without times, a
+    few lines apart), lacking that kind of line: one process. Never across files: a line of one worker's
+    log says nothing of another's process."""
     roots = j.roots()
-    unnamed = [p for p in roots if p.address is None and p.name is None and p.kw_incarnation is None and p.ended
-               and p.ended_at is not None]
-    named = [p for p in roots if (p.address or p.name) and p.ended and p.ended_at is not None]
-    if not unnamed or not named:
+    unnamed = [p for p in roots if p.address is None and p.name is None and p.kw_incarnation is None and p.ended]
+    if not unnamed:
         return
     index = {id(p): i for i, p in enumerate(j.procs)}
-    named.sort(key=lambda p: p.ended_at)
-    times = [p.ended_at for p in named]
-    for u in sorted(unnamed, key=lambda p: p.ended_at):
-        lo = bisect.bisect_left(times, u.ended_at - ANONYMOUS_JOIN)
-        hi = bisect.bisect_right(times, u.ended_at + ANONYMOUS_JOIN)
-        cands = [p for p in named[lo:hi] if j.find(index[id(p)]) == index[id(p)] and p.stream == u.stream
-                 and compatible(p, u)]
-        if not cands:
-            continue
-        best = min(cands, key=lambda p: abs(p.ended_at - u.ended_at))
-        j.join(index[id(best)], index[id(u)])
+    by_file: dict[str, list[tuple[int, float | None, Incarnation]]] = defaultdict(list)
+    for p in roots:
+        if (p.address or p.name) and p.ended:
+            for e in p.end_events:
+                if e.origin is not None:
+                    by_file[e.origin.file].append((e.origin.line, known_ts(e), p))
+    for u in unnamed:
+        best, best_gap = None, None
+        for e in u.end_events:
+            if e.origin is None:
+                continue
+            ts = known_ts(e)
+            for line, pts, p in by_file.get(e.origin.file, ()):
+                if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u):
+                    continue
+                if ts is not None and pts is not None:
+                    gap = abs(ts - pts)
+                    if gap > ANONYMOUS_JOIN:
+                        continue
+                else:
+                    gap = abs(line - e.origin.line)
+                    if gap > ANONYMOUS_LINES:
+                        continue
+                    gap = gap * 1e-3  # lines without times: closeness in the file
+                if best_gap is None or gap < best_gap:
+                    best, best_gap = p, gap
+        if best is not None:
+            j.join(index[id(best)], index[id(u)])
 
 
 def _join_by_successor(j: _Joiner) -> None:

@@ -156,6 +156,22 @@ class Timeline:
     allowed_failures: int | None = None
     # lines of a file that name no process and belong to none (several workers share the file)
     stream_context: dict[str, list[Event]] = field(default_factory=dict)
+    _by_line: dict | None = field(default=None, repr=False)
+
+    def lines_before(self, e: Event, kinds: set[str], within: int = 3) -> list[Event]:
+        """Cluster lines of these kinds in ``e``'s file at most ``within`` lines before it, nearest first
+        (the scheduler's ``Connection to ... has been closed`` just before its ``Remove worker``)."""
+        if e.origin is None:
+            return []
+        if self._by_line is None:
+            self._by_line = {}
+            for c in self.cluster:
+                if c.origin is not None:
+                    self._by_line.setdefault((c.origin.file, c.origin.line), []).append(c)
+        out = []
+        for line in range(e.origin.line - 1, max(0, e.origin.line - within) - 1, -1):
+            out.extend(c for c in self._by_line.get((e.origin.file, line), ()) if c.kind in kinds)
+        return out
 
     def incarnations(self) -> list[Incarnation]:
         out = [i for incs in self.workers.values() for i in incs]

@@ -33,7 +33,7 @@ FOLLOW_SECONDS = 10.0
 # Kinds that follow an exit in a nanny's sequence and belong to the death just seen.
 # End lines a process writes (or its nanny writes) while it is still alive: after the nanny's exit line
 # for a process, such a line is about the next process.
-BEFORE_EXIT = {"memory", "memory-kill", "escalate", "closing", "nanny-closing", "crash", "fatal", "startup"}
+BEFORE_EXIT = {"memory", "memory-kill", "escalate", "closing", "crash"}
 # Lines a nanny (or any server) writes about itself, not about its worker process.
 NOT_ABOUT_THE_WORKER = {"nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start"}
 FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory"}
