@@ -12,6 +12,8 @@ line it rests on, so the evidence a verdict shows is still a real line):
   crashed; ``own_log`` says whether the worker's own lines are in the input at all.
 * ``fact-never-registered``: the process failed while starting (a start-up failure or fatal exception,
   and no sign that it ever registered).
+* ``fact-died-of-exception``: a registered worker's process died of an exception of its own (a traceback
+  through the ``dask worker`` command's or the nanny's entry, kwdiag's fatal record).
 * ``fact-gave-up-waiting``: it waited for the scheduler, never registered, and closed in an orderly way
   (older Dask says nothing more when ``--death-timeout`` expires).
 * ``fact-silent-exit``: the process ended itself with a non-zero status and its own lines, which are
@@ -160,6 +162,23 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
     return None
 
 
+NOT_A_CHOICE = {"worker-handle-scheduler-connection-broken", "scheduler-lost"}
+
+
+def _chose_first(inc: Incarnation) -> bool:
+    """The worker had begun a close of its own choosing (a handled signal, a stated reason) before its
+    fatal traceback: the traceback is its process failing while it closed, not why it ended."""
+    fatal_line = min(e.origin.line for e in inc.slots["fatal"] if e.origin) if any(
+        e.origin for e in inc.slots["fatal"]) else None
+    for e in inc.events:
+        if fatal_line is not None and e.origin is not None and e.origin.line > fatal_line:
+            continue
+        if e.kind == "signal-received" or (e.kind in ("worker-closing", "nanny-closing")
+                                           and isinstance(e.get("reason"), str) and e.get("reason") not in NOT_A_CHOICE):
+            return True
+    return False
+
+
 def _removed_by_the_close(inc: Incarnation, close: Event) -> bool:
     """Only the scheduler saw this worker end, and it removed it after it had begun to close: the close
     took the worker with it (the scheduler's own log has nothing else to say)."""
@@ -239,6 +258,8 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
         basis = (inc.slots.get("startup") or inc.slots.get("fatal") or [first_end])[0]
         if basis is not None:
             facts.append(_fact("fact-never-registered", basis))
+    if inc.registered and "fatal" in slots and exit_signal(inc) is None and not _chose_first(inc):
+        facts.append(_fact("fact-died-of-exception", inc.slots["fatal"][0]))
     if not inc.registered and orderly and any(e.kind == "worker-waiting" for e in inc.events):
         facts.append(_fact("fact-gave-up-waiting", first_end))
     status = exit_status(inc)
