@@ -8,8 +8,9 @@ Case sources:
 
 * ``sample_logs/corpus/cases/<dask version>/<case>/``: real Dask clusters made to lose workers by
   ``sample_logs/corpus/generate.py``; ``labels.json`` says what the script did. Grouped by Dask version.
-* ``sample_logs/pastes/<case>/``: fragments users pasted into public issue threads, ``case.json``
-  labelled from what the thread established. Group ``pastes``.
+* ``sample_logs/pastes/<case>/`` and ``sample_logs/pastes2/<case>/``: fragments users pasted into public
+  issue threads, ``case.json`` labelled from what the thread established (two collections made
+  independently). Groups ``pastes`` and ``pastes2``.
 
 Each case's expected deaths are compared with the reported ones as multisets of causes: first deaths
 whose cause and detail both agree, then those whose cause agrees; a reported death whose cause no
@@ -35,6 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus" / "cases"
 PASTES = HERE / "pastes"
+PASTE_SETS = ("pastes", "pastes2")  # two collections made independently (the second from other threads)
 
 # What a user would grep for, one regex per class (the baseline the issue measures against).
 GREP = [
@@ -137,9 +139,10 @@ def _files(paths: list[str]) -> list[str]:
 # ---------------------------------------------------------------- loading cases
 def load_pastes() -> list[Case]:
     out = []
-    for cj in sorted(PASTES.glob("*/case.json")):
+    for cj in sorted(p for name in PASTE_SETS for p in (HERE / name).glob("*/case.json")):
         c = json.loads(cj.read_text())
-        out.append(Case(id=cj.parent.name, group="pastes", paths=[str(cj.parent / "paste.txt")],
+        out.append(Case(id=f"{cj.parent.parent.name}/{cj.parent.name}", group=cj.parent.parent.name,
+                        paths=[str(cj.parent / "paste.txt")],
                         expected=[(d["cause"], d.get("detail")) for d in c.get("deaths", [])],
                         killed_workers=list(c.get("killed_workers", [])), holdout=bool(c.get("holdout")), meta=c))
     return out
