@@ -105,7 +105,8 @@ def _orderly(inc: Incarnation, tl: Timeline) -> bool:
 
 
 EXPECTED_STIMULI = ("retire-workers", "worker-close-gracefully", "client-restart")
-LEAVING_STATUSES = {"closing", "closing_gracefully", "Status.closing", "Status.closing_gracefully"}
+LEAVING_STATUSES = {"closing", "closing_gracefully", "closed", "Status.closing", "Status.closing_gracefully",
+                    "Status.closed"}
 
 
 def removal_expected(e: Event) -> bool:

@@ -168,6 +168,15 @@ def _join_by_address(j: _Joiner) -> None:
         singles = [v[0] for v in by_stream.values() if len(v) == 1]
         for i in singles[1:]:
             j.join(singles[0], i)
+        # One process of this address in each file, whatever the clocks say (hosts' clocks differ): one process.
+        alone: dict[str | None, list[int]] = defaultdict(list)
+        for i in members:
+            if j.find(i) == i:
+                alone[j.procs[i].stream].append(i)
+        if len(alone) > 1 and all(len(v) == 1 for v in alone.values()):
+            first, *rest = [v[0] for v in alone.values()]
+            for i in rest:
+                j.join(first, i)
 
 
 def _join_unnamed_exits(j: _Joiner) -> None:

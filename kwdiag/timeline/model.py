@@ -36,6 +36,8 @@ SLOT_OF_KIND = {
     "worker-startup-failed": "startup",     # the process failed while starting (before it registered)
     "nanny-kill-after-close": "escalate",   # the nanny killed a worker that did not close in time
     "fatal-signal": "crash",                # a faulthandler dump or a shell's "Segmentation fault"
+    "worker-reaped": "reaped",              # terminated by an exit hook as the process that started it exited
+    "nanny-start-timeout": "start-timeout", # the nanny killed a worker process that did not start in time
     # the environment's word on a process (kernel OOM killer, Kubernetes, SLURM, YARN)
     "kernel-oom-kill": "env", "k8s-status": "env", "slurm-oom": "env", "slurm-time-limit": "env", "yarn-kill": "env",
 }
@@ -43,7 +45,8 @@ SLOT_OF_KIND = {
 REPEATABLE = {"closing", "nanny-closing", "fatal", "startup", "crash", "env"}
 # Slots that can open a process of their own when no known process can take them: the evidence
 # that a process died even when nothing says which one (LocalCluster's WARNING-level stream).
-SELF_STANDING = {"exit", "memory", "restart", "unregister", "fatal", "startup", "crash", "heartbeat", "removed"}
+SELF_STANDING = {"exit", "memory", "restart", "unregister", "fatal", "startup", "crash", "heartbeat", "removed",
+                 "reaped", "start-timeout"}
 START_KINDS = {"worker-start", "worker-spawn", "worker-registered"}
 REGISTERED_KINDS = {"worker-registered", "worker-connected"}
 # Sources outside the cluster's own processes: their events name a pid or nothing, never a worker.

@@ -28,7 +28,7 @@ from kwdiag.timeline.model import SELF_STANDING, Incarnation, known_ts, slot_of
 ORPHAN_LINES = 400
 ORPHAN_SECONDS = 30.0
 # Follow-up lines of one death ("Unregistering worker", "Restarting worker") come within these.
-FOLLOW_LINES = 12
+FOLLOW_LINES = 40
 FOLLOW_SECONDS = 10.0
 # Kinds that follow an exit in a nanny's sequence and belong to the death just seen.
 # End lines a process writes (or its nanny writes) while it is still alive: after the nanny's exit line
@@ -181,7 +181,7 @@ class StreamAttributor:
         lines of two deaths interleave."""
         line = e.origin.line if e.origin else 0
         ts = known_ts(e)
-        for p in reversed(self.procs[-8:]):
+        for p in reversed(self.procs[-32:]):
             if not p.ended or not _fits(p, e) or (pid is not None and p.pid not in (None, pid)):
                 continue
             last = max(p.end_events, key=lambda x: x.origin.line if x.origin else 0)
