@@ -1,14 +1,57 @@
-"""The verdicts a Dask maintainer would give for a corpus case, from what its script did and how it logged.
+"""The verdicts a Dask maintainer would give for a corpus case, from what its script did and what Dask printed.
 
 ``expected_deaths(labels)`` turns ``labels.json`` (what ``sample_logs/corpus/generate.py`` did to each
-worker) into the (cause, detail) list ``kwdiag explain`` must report. Draft: every labelled death as
-labelled, plus a ``chose_to_exit/shutdown`` for each worker alive at the final close.
+worker, see ``docs/death-classes.md`` for the classes) into the (cause, detail) list ``kwdiag explain``
+must report for the case's logs. The label says what was done; the logs decide what can be seen. Three
+things hide part of it, each read off the real logs of the corpus, not assumed:
+
+* **LocalCluster at its default level** (``silence_logs=WARNING``, every version): the nanny's exit line
+  (``Worker process N was killed by signal S`` / ``exited with status S``) is INFO and does not appear;
+  its WARNING ``Restarting worker`` does. A death by a signal or by a status without a traceback is then
+  ``unknown/restarted`` (kwdiag says the worker died and what to collect). Memory kills (WARNING),
+  tracebacks logged at ERROR (``sys.exit`` in a task) and heartbeat removals (WARNING) stay visible.
+  Orderly ends (retire, lifetime, scale-down, restart, the final close) print nothing: no death to see.
+  Without a nanny nothing of a worker's end is printed at this level.
+* **No nanny**: nobody reports the exit status or signal. A worker killed by a signal, or that called
+  ``os._exit``, vanishes without a word: the scheduler sees its connection close
+  (``sudden_exit/connection_lost``).
+* **The final close**: every worker alive when the cluster closes ends ``chose_to_exit/shutdown`` (in the
+  logs a handled SIGTERM to the ``dask worker`` command and the scheduler together, or LocalCluster
+  closing): counted as chosen, detail not compared (``sigterm`` and ``shutdown`` both say it).
+
+Details are compared where the logs can state them; ``None`` means only the class is compared.
 """
 
 from __future__ import annotations
 
+SIGNAL_DEATHS = {("sudden_exit", d) for d in ("sigkill", "segfault", "signal_6", "sigterm", "unknown_signal")}
+SILENT_SELF_EXITS = {("unrecoverable_exception", "os_exit")}
+WARNING_VISIBLE = {"nanny_memory_restart", "version_mismatch"}
+
+
+def _visible(cause: str, detail: str | None, factors: dict) -> tuple[str, str | None] | None:
+    launch, nanny = factors.get("launch"), factors.get("nanny")
+    key = (cause, detail)
+    if launch == "local_warning":
+        if cause == "chose_to_exit":
+            return None  # orderly ends print nothing at WARNING level
+        if nanny != "nanny":
+            return None if key in SIGNAL_DEATHS | SILENT_SELF_EXITS else (cause, detail)
+        if key in SIGNAL_DEATHS | SILENT_SELF_EXITS:
+            return ("unknown", "restarted")
+        return (cause, detail)
+    if nanny != "nanny" and key in SIGNAL_DEATHS | SILENT_SELF_EXITS:
+        return ("sudden_exit", "connection_lost")
+    return (cause, detail)
+
 
 def expected_deaths(labels: dict) -> list[tuple[str, str | None]]:
-    out = [(d["cause"], d.get("detail")) for d in labels.get("deaths", [])]
-    out += [("chose_to_exit", "shutdown") for _ in labels.get("closed_alive", [])]
+    factors = labels.get("factors", {})
+    out = []
+    for d in labels.get("deaths", []):
+        seen = _visible(d["cause"], d.get("detail"), factors)
+        if seen is not None:
+            out.append(seen)
+    if factors.get("launch") != "local_warning":
+        out += [("chose_to_exit", None) for _ in labels.get("closed_alive", [])]
     return out

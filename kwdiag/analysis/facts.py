@@ -95,8 +95,12 @@ def _orderly(inc: Incarnation, tl: Timeline) -> bool:
         return False
     if exit_status(inc) is not None:
         return False
-    if slots & ORDERLY_SLOTS or "escalate" in slots:
+    if slots & {"closing", "nanny-closing", "closed"} or "escalate" in slots:
         return True
+    if "end" in slots:
+        # "End worker" is printed whenever the dask worker command exits, even after an exception killed
+        # it: orderly only when no exception of the worker's own came before it.
+        return not _has_exception(inc.events)
     if any(removal_expected(e) for e in inc.slots.get("removed", [])):
         return True
     if any(_said_goodbye(e, tl) for e in inc.slots.get("removed", [])):
@@ -213,7 +217,10 @@ def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
         if e.kind not in ("retire-request", "close-request") or not _names(e, inc):
             continue
         ts = known_ts(e)
-        if end is None or ts is None or 0 <= end - ts <= REQUEST_BEFORE:
+        if end is not None and ts is not None:
+            if 0 <= end - ts <= REQUEST_BEFORE:
+                return e
+        elif _same_file_before(e, inc):
             return e
     return None
 
@@ -247,9 +254,9 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
     if close is not None and (orderly or _removed_by_the_close(inc, close)):
         facts.append(_fact("fact-cluster-closed", close, reason=close.get("reason")))
     request = _close_request(inc, tl)
-    if request is not None and (orderly or not (slots & VIOLENT_SLOTS)):
-        facts.append(_fact("fact-close-requested", request, request=request.get("request", "retire")))
     violent = bool(slots & VIOLENT_SLOTS) or exit_signal(inc) is not None or exit_status(inc) is not None
+    if request is not None and (orderly or not violent):
+        facts.append(_fact("fact-close-requested", request, request=request.get("request", "retire")))
     if "removed" in slots and not orderly and not violent and not slots & {"exit"}:
         removed = inc.slots["removed"][0]
         own = _own_lines(inc)

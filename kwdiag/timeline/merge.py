@@ -168,6 +168,11 @@ def _join_by_address(j: _Joiner) -> None:
         singles = [v[0] for v in by_stream.values() if len(v) == 1]
         for i in singles[1:]:
             j.join(singles[0], i)
+        # Without times, a file's processes of one address and the scheduler's follow the same order.
+        lists = [sorted(v, key=lambda i: j.procs[i].order) for v in by_stream.values() if len(v) > 1]
+        if len(lists) == 2 and len(lists[0]) == len(lists[1]):
+            for a, b in zip(*lists):
+                j.join(a, b)
         # One process of this address in each file, whatever the clocks say (hosts' clocks differ): one process.
         alone: dict[str | None, list[int]] = defaultdict(list)
         for i in members:
@@ -197,10 +202,12 @@ def _join_unnamed_exits(j: _Joiner) -> None:
                     by_file[e.origin.file].append((e.origin.line, known_ts(e), p))
     for u in unnamed:
         best, best_gap = None, None
-        for e in u.end_events:
-            if e.origin is None:
-                continue
-            ts = known_ts(e)
+        anchors = [e for e in u.end_events if e.origin is not None]
+        if not anchors:
+            continue
+        e = min(anchors, key=lambda x: x.origin.line)  # the line that made it a death: its exit, its restart
+        ts = known_ts(e)
+        if e is not None:
             for line, pts, p in by_file.get(e.origin.file, ()):
                 if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u):
                     continue

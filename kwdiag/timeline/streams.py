@@ -90,10 +90,13 @@ class StreamAttributor:
                 p = self.by_inc.get((None, inc))
             if p is not None:
                 return p
-        if pid is not None:
-            return self.by_pid.get(pid)
+        if pid is not None and pid in self.by_pid:
+            return self.by_pid[pid]
         if address is not None:
-            return self.by_address.get(address)
+            p = self.by_address.get(address)
+            return p if p is not None and (pid is None or p.pid in (None, pid)) else None
+        if pid is not None:
+            return None
         if name is not None:
             return self.by_name.get(name)
         return None
@@ -178,11 +181,11 @@ class StreamAttributor:
     def _dying_without(self, e: Event, pid: int | None) -> Incarnation | None:
         """The latest process of this file that is ending (an end line came a moment ago) and has no line
         of ``e``'s kind yet: the nanny's "Restarting worker" goes to the exit it follows, even when the
-        lines of two deaths interleave."""
+        lines of two deaths interleave. A process its nanny is restarting is over: what follows is not its."""
         line = e.origin.line if e.origin else 0
         ts = known_ts(e)
         for p in reversed(self.procs[-32:]):
-            if not p.ended or not _fits(p, e) or (pid is not None and p.pid not in (None, pid)):
+            if not p.ended or "restart" in p.slots or not _fits(p, e) or (pid is not None and p.pid not in (None, pid)):
                 continue
             last = max(p.end_events, key=lambda x: x.origin.line if x.origin else 0)
             lline = last.origin.line if last.origin else 0
