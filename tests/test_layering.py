@@ -35,3 +35,84 @@ def test_runtime_imports_only_the_event_module_from_kwdiag():
             if module.startswith("kwdiag") and not (module == "kwdiag.events" or module.startswith("kwdiag.runtime")):
                 offenders.append(f"{path.relative_to(ROOT)}: {module}")
     assert not offenders, offenders
+
+
+# ---------------------------------------------------------------- the stages, bottom to top
+# A module may import only modules of its own layer or below (docs/architecture.md draws this), in
+# function bodies too. The runtime is a separate stack that uses only kwdiag.events from kwdiag.
+LAYERS = [
+    ("kwdiag", "kwdiag.events", "kwdiag.errors", "kwdiag.escape", "kwdiag.units", "kwdiag.settings"),
+    ("kwdiag.engine",),
+    ("kwdiag.readers",),
+    ("kwdiag.timeline",),
+    ("kwdiag.analysis",),
+    ("kwdiag.pipeline",),
+    ("kwdiag.report", "kwdiag.check"),
+    ("kwdiag.runtime", "kwdiag.dask", "kwdiag.run"),
+    ("kwdiag.cli", "kwdiag.cli_analysis", "kwdiag.cli_check", "kwdiag.cli_io", "kwdiag.cli_run", "kwdiag.cli_runtime",
+     "kwdiag.__main__"),
+]
+
+
+def layer_of(module: str) -> int | None:
+    best = None
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if module == p or (p != "kwdiag" and module.startswith(p + ".")):
+                if best is None or len(p) > best[1]:
+                    best = (i, len(p))
+    return best[0] if best else None
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT)
+    parts = list(rel.with_suffix("").parts)
+    if parts[0] == "runtime":
+        parts = ["kwdiag", "runtime", *parts[1:]]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def all_imports(path: pathlib.Path, module: str | None = None):
+    """Every module ``path`` imports, at its top or in a function body, relative imports resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = (module or module_name(path)).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            yield base
+            for alias in node.names:
+                yield f"{base}.{alias.name}"
+
+
+def test_stages_import_only_what_lies_below_them():
+    offenders = []
+    for path in list((ROOT / "kwdiag").rglob("*.py")) + list((ROOT / "runtime").rglob("*.py")):
+        me = module_name(path)
+        mine = layer_of(me)
+        if mine is None:
+            offenders.append(f"{me}: in no layer (add it to LAYERS and docs/architecture.md)")
+            continue
+        for target in all_imports(path):
+            if not target.startswith("kwdiag"):
+                continue
+            theirs = layer_of(target)
+            if theirs is not None and theirs > mine and not target.startswith(me + "."):
+                offenders.append(f"{me} (layer {mine}) imports {target} (layer {theirs})")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_layer_check_would_catch_a_back_edge(tmp_path):
+    bad = tmp_path / "kwdiag" / "engine_bad.py"
+    bad.parent.mkdir()
+    bad.write_text("def f():\n    from kwdiag.report.terminal import render_terminal\n")
+    targets = [t for t in all_imports(bad, "kwdiag.engine_bad") if t.startswith("kwdiag")]
+    assert "kwdiag.report.terminal" in targets
+    assert layer_of("kwdiag.report.terminal") > layer_of("kwdiag.engine")
