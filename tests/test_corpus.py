@@ -109,14 +109,18 @@ for _case in CASES:
 def test_a_deaths_own_lines_alone_give_its_cause(case: Path, index: int, tmp_path):
     labels = _labels(case)
     d = labels["deaths"][index]
-    from corpus_expect import _visible
+    from corpus_expect import _version, _visible
 
-    seen = _visible(d["cause"], d.get("detail"), labels["factors"])
+    seen = _visible(d["cause"], d.get("detail"), labels["factors"], _version(labels))
     if seen is None:
         pytest.skip("the logs cannot show this death")
     after = FRAGMENT_AFTER + (float(labels.get("parameters", {}).get("worker_ttl", 0)) if
                               d["detail"] == "heartbeat_timeout" else 0.0)
     paths = _fragments(case, d["t_before"] - FRAGMENT_BEFORE, (d.get("t_after") or d["t_before"]) + after, tmp_path)
+    if not paths:
+        # Dask before 2022.3.0 logs without timestamps: the death's lines cannot be told by time, and the
+        # whole case is already a paste without timestamps.
+        pytest.skip("these logs carry no timestamps")
     report = analyze(paths, rules=RULES)
     text = "".join(Path(p).read_text() for p in paths)
     causes = Counter(x.cause for x in report.deaths)

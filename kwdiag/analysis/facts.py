@@ -98,9 +98,9 @@ def _orderly(inc: Incarnation, tl: Timeline) -> bool:
     if slots & {"closing", "nanny-closing", "closed"} or "escalate" in slots:
         return True
     if "end" in slots:
-        # "End worker" is printed whenever the dask worker command exits, even after an exception killed
-        # it: orderly only when no exception of the worker's own came before it.
-        return not _has_exception(inc.events)
+        # "End worker" is printed whenever the dask worker command exits, whatever ended it: orderly only
+        # after a handled signal, and never after an exception of the worker's own.
+        return any(e.kind == "signal-received" for e in inc.events) and not _has_exception(inc.events)
     if any(removal_expected(e) for e in inc.slots.get("removed", [])):
         return True
     if any(_said_goodbye(e, tl) for e in inc.slots.get("removed", [])):
@@ -260,7 +260,8 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
     if "removed" in slots and not orderly and not violent and not slots & {"exit"}:
         removed = inc.slots["removed"][0]
         own = _own_lines(inc)
-        if removal_lost(removed) and (own or _vanished_unannounced(removed, tl)):
+        said_something = bool(slots & ORDERLY_SLOTS)  # its own log tells of an end ("End worker" at least)
+        if removal_lost(removed) and not said_something and (own or _vanished_unannounced(removed, tl)):
             facts.append(_fact("fact-vanished", removed, own_log=own))
     if not inc.registered and slots & {"startup", "fatal"}:
         basis = (inc.slots.get("startup") or inc.slots.get("fatal") or [first_end])[0]
