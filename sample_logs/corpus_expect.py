@@ -40,8 +40,8 @@ def _version(labels: dict) -> tuple[int, ...]:
     return tuple(int(x) for x in str(labels.get("version", "9999")).split(".")[:3] if x.isdigit())
 
 
-def _visible(cause: str, detail: str | None, factors: dict, version: tuple[int, ...] = (9999,)
-             ) -> tuple[str, str | None] | None:
+def _visible(cause: str, detail: str | None, factors: dict, version: tuple[int, ...] = (9999,),
+             restarted: bool = False) -> tuple[str, str | None] | None:
     launch, nanny = factors.get("launch"), factors.get("nanny")
     key = (cause, detail)
     if key == ("unrecoverable_exception", "system_exit") and version < SYS_EXIT_LOGGED_FROM:
@@ -51,7 +51,10 @@ def _visible(cause: str, detail: str | None, factors: dict, version: tuple[int, 
             return ("unknown", None) if launch != "local_warning" else None
     if launch == "local_warning":
         if cause == "chose_to_exit":
-            return None  # orderly ends print nothing at WARNING level
+            # orderly ends print nothing at WARNING level, except the nanny's WARNING "Restarting worker"
+            # when it starts the worker again (client.restart(), --lifetime-restart): a restart whose why
+            # is not in the logs
+            return ("unknown", "restarted") if nanny == "nanny" and restarted else None
         if nanny != "nanny":
             return None if key in SIGNAL_DEATHS | SILENT_SELF_EXITS else (cause, detail)
         if key in SIGNAL_DEATHS | SILENT_SELF_EXITS:
@@ -62,11 +65,17 @@ def _visible(cause: str, detail: str | None, factors: dict, version: tuple[int, 
     return (cause, detail)
 
 
+def _restarted(death: dict, labels: dict) -> bool:
+    """The nanny started the worker again after this chosen end."""
+    return death.get("detail") == "restart" or (death.get("detail") == "lifetime"
+                                                 and bool(labels.get("parameters", {}).get("lifetime_restart")))
+
+
 def expected_deaths(labels: dict) -> list[tuple[str, str | None]]:
     factors = labels.get("factors", {})
     out = []
     for d in labels.get("deaths", []):
-        seen = _visible(d["cause"], d.get("detail"), factors, _version(labels))
+        seen = _visible(d["cause"], d.get("detail"), factors, _version(labels), _restarted(d, labels))
         if seen is not None:
             out.append(seen)
     if factors.get("launch") != "local_warning":

@@ -22,6 +22,7 @@ from kwdiag.timeline.model import REPEATABLE, Incarnation, known_ts
 OVERLAP_TOLERANCE = 2.0  # seconds: the scheduler registers a worker a moment after it starts
 ANONYMOUS_JOIN = 5.0  # seconds between an unnamed exit line and the scheduler's removal of the same process
 ANONYMOUS_LINES = 12  # ... or lines between them, when the lines carry no time
+CORE_SLOTS = ("exit", "memory", "memory-kill", "restart", "unregister", "crash", "fatal", "startup")
 
 
 # ---------------------------------------------------------------- the scheduler's view
@@ -202,12 +203,11 @@ def _join_unnamed_exits(j: _Joiner) -> None:
                     by_file[e.origin.file].append((e.origin.line, known_ts(e), p))
     for u in unnamed:
         best, best_gap = None, None
-        anchors = [e for e in u.end_events if e.origin is not None]
-        if not anchors:
-            continue
-        e = min(anchors, key=lambda x: x.origin.line)  # the line that made it a death: its exit, its restart
-        ts = known_ts(e)
-        if e is not None:
+        # the lines that made it a death (its exit, its memory kill, its restart), not what followed
+        anchors = [e for s in CORE_SLOTS for e in u.slots.get(s, ()) if e.origin is not None] or [
+            e for e in u.end_events if e.origin is not None]
+        for e in anchors:
+            ts = known_ts(e)
             for line, pts, p in by_file.get(e.origin.file, ()):
                 if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u):
                     continue

@@ -34,6 +34,8 @@ FOLLOW_SECONDS = 10.0
 # End lines a process writes (or its nanny writes) while it is still alive: after the nanny's exit line
 # for a process, such a line is about the next process.
 BEFORE_EXIT = {"memory", "memory-kill", "escalate", "closing", "crash"}
+# End lines that can come before the process's start line: its nanny was asked to close while it started.
+ASKED_BEFORE_START = {"nanny-closing", "closing"}
 # Lines a nanny (or any server) writes about itself, not about its worker process.
 NOT_ABOUT_THE_WORKER = {"nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start"}
 FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory"}
@@ -59,6 +61,7 @@ class StreamAttributor:
         self.procs: list[Incarnation] = []
         self.current: Incarnation | None = None  # the process an unnamed line is about, while one at a time
         self.multi = False  # two processes were alive in this file at once
+        self.nannies = 0
         self.orphans: list[Event] = []
         self.context: list[Event] = []  # lines that belong to no process (several share the file)
         self.by_inc: dict[tuple[str | None, int], Incarnation] = {}
@@ -120,9 +123,9 @@ class StreamAttributor:
         found = self._find(address, pid, inc, name) if inc is not None else None
         if found is not None:
             return found
-        if (cur is not None and not cur.ended and cur.started is None and not _started(cur)
+        if (cur is not None and cur.started is None and not _started(cur) and set(cur.slots) <= ASKED_BEFORE_START
                 and (cur.address is None or cur.address == address)):
-            return cur
+            return cur  # lines before its start line (a close asked for while it started) are this process's
         if cur is not None and not cur.ended and _started(cur) and not self.multi:
             # a second start while the first still lives: several workers share this file
             self.multi = True
@@ -131,6 +134,9 @@ class StreamAttributor:
     # ------------------------------------------------------------------ lines
     def feed(self, e: Event) -> None:
         if e.kind in NOT_ABOUT_THE_WORKER:
+            if e.kind == "nanny-start":
+                self.nannies += 1
+                self.multi = self.multi or self.nannies > 1  # several nannies: their workers share this file
             self.context.append(e)
             return
         address, pid, inc = _explicit(e)
