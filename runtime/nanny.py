@@ -63,8 +63,10 @@ class Nanny:
     def __init__(self, *, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int = 1,
                  memory_limit: int | None = None, log_dir: str | None = None, host: str = "127.0.0.1",
                  lifetime: float | None = None, preload: list[str] = (), worker_env: dict | None = None,
-                 security: Security | None = None):
+                 security: Security | None = None, scheduler_file: str | None = None):
         self.name = name
+        # Given to each worker it starts, so that a worker started after the scheduler moved finds it.
+        self.scheduler_file = scheduler_file
         self.security = security
         self.credentials = Credentials(secret, security)
         self.scheduler_address = scheduler_address
@@ -124,8 +126,10 @@ class Nanny:
         self.stderr_tail.clear()
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
+        where = (["--scheduler-file", self.scheduler_file] if self.scheduler_file
+                 else ["--scheduler", self.scheduler_address])
         cmd = entry_command(
-            "worker-process", "--scheduler", self.scheduler_address, "--name", self.name,
+            "worker-process", *where, "--name", self.name,
             "--nthreads", str(self.nthreads), "--host", self.host, "--nanny-address", self.address,
             "--incarnation", str(self.incarnation), "--status-fd", str(status_w), "--control-fd", str(control_r))
         if self.memory_limit:
