@@ -22,7 +22,8 @@ Records (worker names, not addresses, name holders: an address dies with its inc
     has     key, worker, nbytes     a worker holds the result   /  drop  key, worker
     err     key, error              /  forget  [keys]            /  flush  (client.restart())
     blame   key, deaths, [workers]  the allowed-failures count and who died running it
-    worker  name, address, up       /  client  id, up            /  close  reason (a clean end)
+    worker  name, address, up       a worker down takes every result it held with it
+    client  id, up                  /  close  reason (a clean end: nothing to recover)
 """
 
 from __future__ import annotations
@@ -121,8 +122,10 @@ class Replay:
         elif op == "worker":
             if rec[3]:
                 self.workers[rec[1]] = rec[2]
-            else:
+            else:  # its results went with it (one record instead of a drop per key)
                 self.workers.pop(rec[1], None)
+                for ts in self.tasks.values():
+                    ts.holders.pop(rec[1], None)
         elif op == "client":
             (self.clients.add if rec[2] else self.clients.discard)(rec[1])
         elif op == "flush":
@@ -254,8 +257,9 @@ class Journal:
             self.on_error(self.broken)
 
     # ---------------------------------------------------------------- upkeep
-    def needs_snapshot(self) -> bool:
-        """A snapshot is due: appends failed, the file was deleted under us, or it grew well past its state."""
+    def needs_snapshot(self, live_records: int) -> bool:
+        """A snapshot is due: appends failed, the file was deleted under us, or it holds well over the
+        ``live_records`` a snapshot of the current state would (so a long run's journal stays small)."""
         if self.fd is None:
             return False
         if self.broken:
@@ -266,7 +270,7 @@ class Journal:
                 return True
         except OSError:
             return True
-        return self.appended > 2 * self.snapshot_size + 20_000
+        return self.snapshot_size + self.appended > 4 * live_records + 20_000
 
     def close(self) -> None:
         for fd in (self.fd, self._lock_fd):

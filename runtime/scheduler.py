@@ -211,7 +211,8 @@ class Scheduler:
         while True:
             await asyncio.sleep(1.0)
             journal = self.journal
-            if journal is None or not journal.needs_snapshot():
+            live = 3 * len(self.tasks) + len(self.workers) + len(self.clients)  # ~ task, want, has per task
+            if journal is None or not journal.needs_snapshot(live):
                 continue
             broken_since = journal.broken_since
             if journal.snapshot(recovery.snapshot(self)) and broken_since is not None:
