@@ -179,6 +179,24 @@ def test_a_torn_last_journal_record_is_skipped_with_a_warning_and_the_rest_repla
         assert recovered.fields["reused"] == 50 and recovered.fields["recomputed"] == 0
         assert client.gather(futures, timeout=60) == list(range(1, 51))
         assert client.submit(sum, futures).result(timeout=60) == sum(range(1, 51))
+    _explain_shows_the_recovery(log_dir)
+
+
+def _explain_shows_the_recovery(log_dir):
+    """``kwdiag explain`` names the scheduler's death and recovery and the torn record (rules/kwdiag/...)."""
+    result = subprocess.run(module_kwdiag("explain", log_dir), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "The scheduler died; a new one recovered its work from the journal" in result.stdout
+    assert "torn record, which was skipped" in result.stdout and "headless for" in result.stdout
+    assert "the scheduler died and was recovered 1 time(s)" in result.stdout.splitlines()[-1]
+    doc = json.loads(subprocess.run(module_kwdiag("explain", "--format", "json", log_dir), capture_output=True,
+                                    text=True, timeout=120).stdout)
+    notes = {n["rule"]: n for n in doc["notes"]}
+    assert notes["kwdiag-scheduler-recovered"]["fields"]["reused"] == 50
+    assert notes["kwdiag-journal-torn"]["fields"]["skipped_bytes"] > 0
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(open(os.path.join(os.path.dirname(__file__), "..", "docs", "explain.schema.json")).read())
+    jsonschema.validate(doc, schema)
 
 
 def killer(marker_dir):
