@@ -109,6 +109,7 @@ class Recorder:
         self.lost += 1
         self._note_gap(exc.strerror or str(exc), 1)
         self._drop_writer()  # a clean handle next time: a failed write must not linger in a buffer
+        _trim_partial_line(self.path)
         if self.lost == 1 or self.lost % 1000 == 0:
             self.logger.error("Could not record event %r in %s: %s (%d event(s) lost so far)", kind, self.path,
                               exc.strerror or exc, self.lost)
@@ -140,6 +141,21 @@ class Recorder:
                 pass
         self._drop_writer()
         self.path = None
+
+
+def _trim_partial_line(path: str) -> None:
+    """Cut the part of a line a failed write left at the end of ``path``, so the next line starts clean."""
+    try:
+        with open(path, "rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            start = max(0, end - (1 << 20))
+            f.seek(start)
+            tail = f.read()
+            if tail and not tail.endswith(b"\n"):
+                cut = tail.rfind(b"\n")
+                f.truncate(start + cut + 1 if cut >= 0 else start)
+    except OSError:
+        pass  # nothing to trim, or the file is gone: the next event starts a new one
 
 
 def when(ts: float) -> str:

@@ -139,7 +139,8 @@ class Scheduler:
         if log_dir and config["journal"]:
             self.journal = Journal(log_dir, self._journal_failed)
         self.recovery: recovery.Recovery | None = None   # set while recovering from a predecessor's journal
-        self.started_at = time.time()
+        self.started_at = time.time()          # reported (and compared with peers' clocks for headless time)
+        self._started_mono = time.monotonic()   # measured from: a wall-clock jump must not distort durations
         self.first_finished_after: float | None = None   # seconds from start to the first task finished here
         self.absent_clients: dict[str, asyncio.TimerHandle] = {}  # disconnected, within their grace period
         self._upkeep_task: asyncio.Task | None = None
@@ -576,7 +577,7 @@ class Scheduler:
         self._done_processing(ts)
         self.counters["finished"] += 1
         if self.first_finished_after is None:
-            self.first_finished_after = round(time.time() - self.started_at, 3)
+            self.first_finished_after = round(time.monotonic() - self._started_mono, 3)
         if msg.get("duration") is not None:
             self._learn_duration(ts.key, float(msg["duration"]))
         self._accept_result(ts, ws, int(msg.get("nbytes") or 0))
