@@ -128,11 +128,12 @@ class Worker:
     async def _on_peer(self, comm) -> None:
         await Stream(comm, self.peer_handlers, on_bad_frame=self.rec.bad_frame).run()
 
-    async def _connect_scheduler(self, first: bool) -> None:
+    async def _dial(self, first: bool) -> Any:
+        """Connect to the scheduler (wherever its file now says it is), retrying with back-off; None if the
+        reconnection timed out and the worker is closing."""
         timeout = self.config["connect_timeout"] if first else self.config["reconnect_timeout"]
         deadline = time.monotonic() + timeout
         delay = 0.05
-        lost_at = time.monotonic()
         warned_other = False
         while True:
             self.scheduler_address = self.follower.current()   # the scheduler may come back elsewhere
@@ -141,9 +142,8 @@ class Worker:
                 logger.warning("Scheduler file %s now names another cluster; not following it (still trying %s)",
                                self.follower.scheduler_file, self.scheduler_address)
             try:
-                comm = await connect(self.scheduler_address, self.credentials,
+                return await connect(self.scheduler_address, self.credentials,
                                      timeout=max(0.5, min(5.0, deadline - time.monotonic())))
-                break
             except CommClosedError as exc:
                 if time.monotonic() > deadline:
                     if first:
@@ -151,10 +151,16 @@ class Worker:
                     self.rec.event("scheduler-lost", f"Failed to reconnect to scheduler after {timeout:.0f}s; closing",
                                    level="error", address=self.scheduler_address)
                     await self.close("scheduler-lost", hand_back=False)
-                    return
+                    return None
                 logger.info("Waiting to connect to: %26s (%s)", self.scheduler_address, exc)
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
+
+    async def _connect_scheduler(self, first: bool) -> None:
+        lost_at = time.monotonic()
+        comm = await self._dial(first)
+        if comm is None:
+            return
         stream = Stream(comm, self.scheduler_handlers, on_close=self._on_scheduler_closed,
                         on_bad_frame=self.rec.bad_frame)
         reader = background(stream.run())
@@ -162,12 +168,17 @@ class Worker:
         # read its reply, and "started" must reach it for blame to be right. One stream keeps order.
         self.scheduler = stream
         # What we kept while the scheduler was away: a successor that replayed its journal reuses it.
-        reply = await stream.request(
-            "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
-            memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
-            incarnation=self.incarnation, versions=self.versions,
-            data={k: _sizeof(v) for k, v in self.data.items()}, executing=sorted(self.executing),
-            queued=[k for k in self.specs if k not in self.executing], lost_at=self.lost_at)
+        try:
+            reply = await stream.request(
+                "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
+                memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
+                incarnation=self.incarnation, versions=self.versions,
+                data={k: _sizeof(v) for k, v in self.data.items()}, executing=sorted(self.executing),
+                queued=[k for k in self.specs if k not in self.executing], lost_at=self.lost_at)
+        except CommClosedError:
+            if first:
+                raise
+            return  # it went away again while we registered: its closing stream starts the next attempt
         if reply.get("status") == "refused":
             self.rec.event("worker-fatal", f"Scheduler refused this worker: {reply.get('reason')}\n"
                            f"{reply.get('table') or ''}", level="error", exception="VersionMismatch",
