@@ -254,6 +254,7 @@ def soak(n_tasks: int = 10_000, script: list[str] | None = None, every: float = 
     script = list(script or SCRIPT)
     started = time.monotonic()
     log_dir = log_dir or tempfile.mkdtemp(prefix="kwdiag-scheduler-chaos-")
+    os.makedirs(log_dir, exist_ok=True)
     execlog = os.path.join(log_dir, "executions.txt")
     env = {"KWDIAG_SOAK_EXECLOG": execlog, "KWDIAG_SOAK_TASK_MS": str(TASK_SECONDS * 1000)}
     os.environ["KWDIAG_LOG_DIR"] = log_dir   # the client's events go there too

@@ -148,7 +148,15 @@ def main(argv: list[str] | None = None) -> None:
         # worker-process: the child of a nanny
         from kwdiag.runtime.worker import run_worker
 
-        address, secret = resolve_scheduler(args.address, args.scheduler_file)
+        try:
+            address, secret = resolve_scheduler(args.address, args.scheduler_file)
+        except OtherClusterError:
+            raise
+        except StartupError:
+            if not (args.address and args.scheduler_file):
+                raise
+            # The file is gone or unreadable just now: start from the address the nanny last knew.
+            address, secret = resolve_scheduler(args.address, None)
         setup_logging()
         asyncio.run(run_worker(name=args.name or default_name(), scheduler_address=address, secret=secret,
                                config=config, nthreads=args.nthreads, memory_limit=memory_limit,

@@ -126,8 +126,9 @@ class Nanny:
         self.stderr_tail.clear()
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
-        where = (["--scheduler-file", self.scheduler_file] if self.scheduler_file
-                 else ["--scheduler", self.scheduler_address])
+        where = ["--scheduler", self.scheduler_address]  # the file, when there is one, says where it is now
+        if self.scheduler_file:
+            where += ["--scheduler-file", self.scheduler_file]
         cmd = entry_command(
             "worker-process", *where, "--name", self.name,
             "--nthreads", str(self.nthreads), "--host", self.host, "--nanny-address", self.address,
