@@ -249,6 +249,7 @@ class Client:
         self._drain_pending = False  # a drain is already queued on the loop: one wake-up serves many releases
         # The task spec of every live future, so that work lost with a scheduler can be submitted again.
         self._specs: dict[str, dict] = {}
+        self._released_away: list[str] = []  # futures released while the scheduler was away
         self._stream: Stream | None = None
         self._workers: dict[str, Stream] = {}
         self._closing = False
@@ -310,6 +311,9 @@ class Client:
             self.status = "running"
             if not reply.get("known"):
                 self._forget_results()
+            released, self._released_away = self._released_away, []
+            if released and reply.get("known") and self._stream is not None:
+                self._stream.send({"op": "release-keys", "keys": released})
             resubmitted = self._resubmit()
             self._lost_at = None
             self.rec.event("reconnected", f"Reconnected to scheduler at {self.scheduler_address} after "
@@ -459,8 +463,18 @@ class Client:
             return True
 
     def _send_release(self, keys: list[str]) -> None:
-        if keys and not self._closing and self.status == "running":
-            self._send({"op": "release-keys", "keys": keys})
+        if not keys or self._closing:
+            return
+
+        def release() -> None:  # on the loop, where reconnection runs: no release slips between the two
+            if self._stream is not None:
+                self._stream.send({"op": "release-keys", "keys": keys})
+            else:  # the scheduler is away: told when it is back (one that recovered still holds them for us)
+                self._released_away.extend(keys)
+        if threading.current_thread() is self._loop.thread:
+            release()
+        else:
+            self._loop.call(release)
 
     # ---------------------------------------------------------------- submitting
     def submit(self, func: Any, *args: Any, key: str | None = None, workers: Any = None, pure: bool = True,

@@ -341,6 +341,8 @@ class Scheduler:
                 if self.recovery is not None:
                     self.recovery.result_back(ts)
                 self._accept_result(ts, ws, int(nbytes or 0))
+                if self.recovery is None or not self.recovery.open:  # (a recovery sorts out what is needed at its end)
+                    self._release_if_unneeded(ts)
             else:
                 free.append(key)
         running = set(executing)
