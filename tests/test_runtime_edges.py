@@ -99,8 +99,9 @@ def test_a_full_disk_mid_run_loses_events_not_the_job_and_explain_says_what_is_m
             assert sum(client.gather(held, timeout=60)) == sum(range(1, 301))   # recomputed
             _worker_pid(client, incarnation=2)
             stderr = (tmp_path / "scheduler.stderr").read_text()
-            assert "Remove worker addr" in stderr and "Could not record event 'worker-removed'" in stderr
-            assert "No space left on device" in stderr   # the file lacks them; stderr has them all
+            # The file lacks them; stderr has them all (the first loss is the one named, whichever it was).
+            assert "Remove worker addr" in stderr and "Could not record event" in stderr
+            assert "No space left on device" in stderr
             assert "Could not write the journal" in stderr
             (small_disk / "filler").unlink()
             # Room again: the next events are written, each file first saying what it is missing.
@@ -181,9 +182,9 @@ def test_a_wall_clock_jump_disturbs_no_timeout(tmp_path, log_dir):
     clock = tmp_path / "offset"
     clock.write_text("0")
     env = {"PYTHONPATH": str(clock_dir), "KWDIAG_TEST_CLOCK_FILE": str(clock)}
-    # A 1 s time-to-live: a heartbeat check on the wall clock would drop every worker at the first jump.
+    # A heartbeat check on the wall clock would see an hour of silence at the first jump and drop every worker.
     with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir, env=env,
-                      scheduler_kwargs={"worker_ttl": "1s", "heartbeat_interval": "0.2s"}) as cluster, \
+                      scheduler_kwargs={"worker_ttl": "3s", "heartbeat_interval": "0.2s"}) as cluster, \
             Client(cluster) as client:
         shifted = read_events(log_dir, "scheduler-start")[0].ts
         assert client.gather(client.map(nap, range(10))) == list(range(10))
