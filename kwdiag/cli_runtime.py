@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
                                                      "keeps its cluster. Optional when KWDIAG_SECRET is set."),
         new_secret: bool = typer.Option(False, "--new-secret", help="Start a new cluster: a new shared secret, "
                                                                      "even if the scheduler file holds one."),
-        log_dir: str = typer.Option("kwdiag-logs", help="Directory for the JSONL event log."),
+        log_dir: str = typer.Option("kwdiag-logs", help="Run directory: the JSONL event log, and the journal a "
+                                                         "scheduler started again on it replays."),
         allowed_failures: Optional[int] = typer.Option(None, help="Worker deaths a task may cause before KilledWorker."),
         worker_ttl: Optional[str] = typer.Option(None, help="Remove a worker silent for this long (e.g. 5s)."),
         set_: List[str] = typer.Option([], "--set", help="Any runtime setting, KEY=VALUE (see docs/runtime.md)."),
