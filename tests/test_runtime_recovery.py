@@ -300,6 +300,8 @@ def test_a_restarted_scheduler_keeps_the_secret_and_new_secret_starts_a_new_clus
         assert json.load(open(sf))["secret"] != secret
         aside = wait_for_event(logs, "journal-set-aside")[0]
         assert "another cluster" in aside.fields["reason"] and os.path.exists(aside.fields["moved_to"])
+        with Client(scheduler_file=sf, timeout=30):   # serving (so its SIGTERM handler is in place): a clean close
+            pass
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0
         # Started again with the file (no --new-secret): the secret stays, and a clean close left nothing to replay.
