@@ -157,7 +157,7 @@ def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str 
     from kwdiag.pipeline import analyze
     from kwdiag.runtime import Client, LocalCluster
 
-    started = time.time()
+    started = time.monotonic()
     n_leaves = max(10, (n_tasks - 1) * 100 // 201)  # leaves + pairs + chunk sums + total ~= n_tasks
     log_dir = log_dir or tempfile.mkdtemp(prefix="kwdiag-soak-")
     with LocalCluster(n_workers=3, threads_per_worker=2, memory_limit="400MiB", log_dir=log_dir,
@@ -182,15 +182,30 @@ def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str 
     want_chunks = [sum(want_y[j:j + 100]) for j in range(0, len(want_y), 100)]
     wrong = (sum(a != b for a, b in zip(got_x, want_x)) + sum(a != b for a, b in zip(got_y, want_y))
              + sum(a != b for a, b in zip(got_chunks, want_chunks)) + (answer != sum(want_chunks)))
-    elapsed = time.time() - started
+    elapsed = time.monotonic() - started
 
-    report = analyze([log_dir])
+    outcomes, uninjected = judge(chaos.faults, analyze([log_dir]))
+    return {"tasks": submitted, "faults": len(chaos.faults),
+            "by_kind": {k: sum(f.kind == k for f in chaos.faults) for k in sorted({f.kind for f in chaos.faults})},
+            "diagnosed": sum(ok for _, ok, _ in outcomes), "wrong_results": wrong,
+            "uninjected_deaths": [f"{d.worker}#{d.incarnation} {d.cause}/{d.detail}" for d in uninjected],
+            "misdiagnosed": [f"{f.kind} on {f.worker} (pid {f.pid}): got "
+                             f"{(d.cause + '/' + d.detail) if d else 'no death'}" for f, ok, d in outcomes if not ok],
+            "faults_list": [(f.kind, f.worker, f.pid) for f in chaos.faults],
+            "seconds": round(elapsed, 1), "log_dir": log_dir}
+
+
+def judge(faults: list, report) -> tuple[list, list]:
+    """Match each injected worker fault to the death the analyzer found: ``(outcomes, deaths nobody injected)``.
+
+    An outcome is ``(fault, diagnosed right, death or None)``; kinds not in ``EXPECTED`` (other than
+    ``stop-short``, which must cause no death) are left to the caller."""
     deaths = [d for d in report.deaths if not (d.cause == "chose_to_exit" and d.detail == "shutdown")]
     used: set[int] = set()
     outcomes = []
-    for fault in chaos.faults:
-        if fault.kind == "stop-short":
-            continue  # judged below, once the deaths that other faults explain are set aside
+    for fault in faults:
+        if fault.kind not in EXPECTED:
+            continue
         cause = EXPECTED[fault.kind]
         if fault.kind == "memory":  # the bomb may run on a later incarnation of the worker it targeted
             match = next((i for i, d in enumerate(deaths) if i not in used and d.worker == fault.worker
@@ -201,19 +216,11 @@ def soak(n_tasks: int = 10_000, seed: int = 1, every: float = 2.0, log_dir: str 
             used.add(match)
         found = deaths[match] if match is not None else None
         outcomes.append((fault, found is not None and (found.cause, found.detail) == cause, found))
-    for fault in chaos.faults:
+    for fault in faults:
         if fault.kind == "stop-short":  # a pause within the time-to-live must not be taken for a death
             found = next((d for i, d in enumerate(deaths) if i not in used and d.pid == fault.pid), None)
             outcomes.append((fault, found is None, found))
-    uninjected = [d for i, d in enumerate(deaths) if i not in used]
-    return {"tasks": submitted, "faults": len(chaos.faults),
-            "by_kind": {k: sum(f.kind == k for f in chaos.faults) for k in sorted({f.kind for f in chaos.faults})},
-            "diagnosed": sum(ok for _, ok, _ in outcomes), "wrong_results": wrong,
-            "uninjected_deaths": [f"{d.worker}#{d.incarnation} {d.cause}/{d.detail}" for d in uninjected],
-            "misdiagnosed": [f"{f.kind} on {f.worker} (pid {f.pid}): got "
-                             f"{(d.cause + '/' + d.detail) if d else 'no death'}" for f, ok, d in outcomes if not ok],
-            "faults_list": [(f.kind, f.worker, f.pid) for f in chaos.faults],
-            "seconds": round(elapsed, 1), "log_dir": log_dir}
+    return outcomes, [d for i, d in enumerate(deaths) if i not in used]
 
 
 def main() -> None:

@@ -48,23 +48,36 @@ def register(app: typer.Typer) -> None:
     def scheduler(
         host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback unless you say otherwise)."),
         port: int = typer.Option(8786, help="Port to listen on (0: any free port)."),
-        scheduler_file: Optional[str] = typer.Option(None, help="Write the address and shared secret here (mode 0600)."),
-        log_dir: str = typer.Option("kwdiag-logs", help="Directory for the JSONL event log."),
+        scheduler_file: Optional[str] = typer.Option(None, help="Write the address and shared secret here (mode 0600); "
+                                                     "an existing file's secret is kept, so a restarted scheduler "
+                                                     "keeps its cluster. Optional when KWDIAG_SECRET is set."),
+        new_secret: bool = typer.Option(False, "--new-secret", help="Start a new cluster: a new shared secret, "
+                                                                     "even if the scheduler file holds one."),
+        log_dir: str = typer.Option("kwdiag-logs", help="Run directory: the JSONL event log, and the journal a "
+                                                         "scheduler started again on it replays."),
         allowed_failures: Optional[int] = typer.Option(None, help="Worker deaths a task may cause before KilledWorker."),
         worker_ttl: Optional[str] = typer.Option(None, help="Remove a worker silent for this long (e.g. 5s)."),
         set_: List[str] = typer.Option([], "--set", help="Any runtime setting, KEY=VALUE (see docs/runtime.md)."),
         tls_cert: Optional[str] = TLS_CERT, tls_key: Optional[str] = TLS_KEY, tls_ca: Optional[str] = TLS_CA,
     ) -> None:
-        """Start a scheduler. Workers join with `kwdiag worker --scheduler-file F`."""
+        """Start a scheduler. Workers join with `kwdiag worker --scheduler-file F` (or ADDRESS and KWDIAG_SECRET).
+
+        Started again with the same command after it died, it keeps its cluster's secret and replays its
+        journal in --log-dir: workers and clients reconnect, and finished results are reused."""
+        import os
+
         from kwdiag.runtime import entry
 
         config = _load_config(set_, allowed_failures=allowed_failures, worker_ttl=worker_ttl)
         security = _security(tls_cert, tls_key, tls_ca)
-        if not scheduler_file:
-            raise KwdiagError("--scheduler-file is required: it is how workers and clients learn the address and "
-                              "the shared secret", USAGE)
-        entry.start_scheduler(host=host, port=port, scheduler_file=scheduler_file, log_dir=log_dir, config=config,
-                              security=security)
+        if not scheduler_file and not os.environ.get("KWDIAG_SECRET"):
+            raise KwdiagError("--scheduler-file is required unless KWDIAG_SECRET is set: it is how workers and "
+                              "clients learn the address and the shared secret", USAGE)
+        try:
+            entry.start_scheduler(host=host, port=port, scheduler_file=scheduler_file, log_dir=log_dir,
+                                  config=config, security=security, new_secret=new_secret)
+        except entry.StartupError as exc:
+            raise KwdiagError(str(exc), exc.exit_code) from None
 
     @app.command("worker")
     def worker(
@@ -100,4 +113,4 @@ def register(app: typer.Typer) -> None:
                                nthreads=nthreads, memory_limit=limit, lifetime=life, host=host, log_dir=log_dir,
                                config=config, preload=preload, security=security)
         except entry.StartupError as exc:
-            raise KwdiagError(str(exc), USAGE) from None
+            raise KwdiagError(str(exc), exc.exit_code) from None

@@ -193,6 +193,11 @@ class EventWriter:
             self._file.write(line)
             self._file.flush()
 
+    def unlinked(self) -> bool:
+        """True when the file was deleted under this writer (its directory removed): lines go nowhere."""
+        with self._lock:
+            return not self._file.closed and os.fstat(self._file.fileno()).st_nlink == 0
+
     def close(self) -> None:
         with self._lock:
             if not self._file.closed:

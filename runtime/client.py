@@ -6,7 +6,9 @@ submitting tasks whose arguments may hold futures (they become dependencies, fou
 pickling); tracking each key's state from the scheduler's reports; fetching results straight
 from the workers that hold them; raising a task's own exception, ``KilledWorker`` or
 ``ScatteredDataLost``; reference counting futures so the scheduler can release what nobody
-holds; and reconnecting when the scheduler comes back.
+holds; and reconnecting when the scheduler comes back (re-reading the scheduler file, so a scheduler
+that returns on another port or host is found), keeping every future: a scheduler that recovered its
+journal still knows them, and one that did not gets them submitted again.
 
 Does not cover: scheduling (the scheduler decides), or an asynchronous API (all calls block;
 the event loop runs in one background thread shared by every client of the process).
@@ -15,6 +17,7 @@ the event loop runs in one background thread shared by every client of the proce
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import hashlib
 import io
@@ -25,6 +28,7 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
 from typing import Any, Iterable
 
 import cloudpickle
@@ -40,6 +44,21 @@ from kwdiag.runtime.record import Recorder
 logger = logging.getLogger("kwdiag.client")
 
 PENDING, FINISHED, ERROR, CANCELLED = "pending", "finished", "error", "cancelled"
+
+_LIVE: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    # A script that ends without client.close() still says goodbye: the scheduler then releases its tasks at
+    # once instead of keeping them for a client that might reconnect (``client_grace``).
+    for client in list(_LIVE):
+        try:
+            client.close()
+        except Exception:
+            pass
+
+
+atexit.register(_close_all_at_exit)
 
 
 class _LoopThread:
@@ -205,8 +224,8 @@ class Client:
             self.cluster = address
             address, secret, log_dir = address.scheduler_address, address.secret, address.log_dir
             security = security or self.cluster.security
-        if scheduler_file is not None:
-            from kwdiag.runtime.entry import read_scheduler_file
+        elif scheduler_file is not None:
+            from kwdiag.runtime.identity import read_scheduler_file
 
             address, file_secret = read_scheduler_file(scheduler_file)
             secret = secret or file_secret
@@ -217,6 +236,10 @@ class Client:
         self.scheduler_address: str = address
         self.secret: bytes = secret
         self.credentials = Credentials(secret, security)
+        from kwdiag.runtime.identity import Follower
+
+        self._follower = Follower(address, secret, self.cluster.scheduler_file if self.cluster else scheduler_file)
+        self._lost_at: float | None = None  # wall-clock time the scheduler connection broke
         self.timeout = timeout
         self.config = config_mod.load()
         self._loop = _LoopThread.get()
@@ -226,6 +249,7 @@ class Client:
         self._drain_pending = False  # a drain is already queued on the loop: one wake-up serves many releases
         # The task spec of every live future, so that work lost with a scheduler can be submitted again.
         self._specs: dict[str, dict] = {}
+        self._released_away: list[str] = []  # futures released while the scheduler was away
         self._stream: Stream | None = None
         self._workers: dict[str, Stream] = {}
         self._closing = False
@@ -236,42 +260,41 @@ class Client:
         self.handlers = {"key-in-memory": self._on_in_memory, "task-erred": self._on_erred,
                          "key-lost": self._on_lost, "cancelled": self._on_cancelled}
         try:
-            warning = self._loop.run(self._connect(first=True), timeout + 5)
+            warning = self._loop.run(self._connect(first=True), timeout + 5).get("warning")
         except BaseException:
             if self._owns_cluster and self.cluster is not None:
                 self.cluster.close()
             raise
         self.status = "running"
+        _LIVE.add(self)
         self.rec.event("client-start", f"Client {self.id} connected to {self.scheduler_address}",
                        scheduler=self.scheduler_address)
         if warning:
             warnings.warn(VersionMismatchWarning(warning), stacklevel=2)
 
     # ---------------------------------------------------------------- connection
-    async def _connect(self, first: bool) -> str | None:
+    async def _connect(self, first: bool) -> dict:
+        """Connect and register; the reply says whether the scheduler still knows this client (``known``)."""
+        if not first:
+            self.scheduler_address = self._follower.current()  # it may have come back on another port or host
         comm = await connect(self.scheduler_address, self.credentials, timeout=self.timeout)
         stream = Stream(comm, self.handlers, on_close=self._on_scheduler_closed)
         background(stream.run())
-        reply = await stream.request("register-client", client=self.id, versions=self.versions, timeout=self.timeout)
+        reply = await stream.request("register-client", client=self.id, versions=self.versions,
+                                     lost_at=self._lost_at, timeout=self.timeout)
         self._stream = stream
-        return reply.get("warning")
+        return reply
 
     def _on_scheduler_closed(self, stream: Stream) -> None:
         if self._closing or stream is not self._stream:
             return
         self._stream = None
         self.status = "reconnecting"
+        self._lost_at = time.time()
         self.rec.event("scheduler-lost", f"Client report stream closed to scheduler {self.scheduler_address}; "
                        "reconnecting", level="warning", address=self.scheduler_address)
-        # The scheduler keeps no records across a restart and workers drop their data. Futures whose task we
-        # can submit again wait for the scheduler to come back; the rest (scattered data) are lost.
-        with self._lock:
-            for key, st in self._states.items():
-                if key in self._specs and st.status in (PENDING, FINISHED):
-                    st.who_has = []
-                    self._set(st, PENDING)
-                elif st.status in (PENDING, FINISHED):
-                    self._set(st, CANCELLED, reason="scheduler-connection-lost")
+        # Every future is kept as it is: finished results stay on their workers (which keep them while the
+        # scheduler is away), and what the scheduler must learn again is sent when it is back.
         background(self._reconnect())
 
     async def _reconnect(self) -> None:
@@ -280,17 +303,24 @@ class Client:
         delay = 0.1
         while not self._closing and time.monotonic() < deadline:
             try:
-                await self._connect(first=False)
+                reply = await self._connect(first=False)
             except (CommClosedError, OSError, asyncio.TimeoutError, RemoteError):
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
             self.status = "running"
+            if not reply.get("known"):
+                self._forget_results()
+            released, self._released_away = self._released_away, []
+            if released and reply.get("known") and self._stream is not None:
+                self._stream.send({"op": "release-keys", "keys": released})
             resubmitted = self._resubmit()
+            self._lost_at = None
             self.rec.event("reconnected", f"Reconnected to scheduler at {self.scheduler_address} after "
-                           f"{time.monotonic() - started:.2f}s; submitted {resubmitted} task(s) again",
-                           address=self.scheduler_address, after=round(time.monotonic() - started, 3),
-                           resubmitted=resubmitted)
+                           f"{time.monotonic() - started:.2f}s; it {'knew' if reply.get('known') else 'did not know'}"
+                           f" this client; submitted {resubmitted} task(s) again", address=self.scheduler_address,
+                           after=round(time.monotonic() - started, 3), resubmitted=resubmitted,
+                           known=bool(reply.get("known")))
             return
         if not self._closing:
             with self._lock:
@@ -302,10 +332,25 @@ class Client:
                            f"{time.monotonic() - started:.2f} seconds, closing client", level="error",
                            address=self.scheduler_address)
 
-    def _resubmit(self) -> int:
-        """Submit every live future's task again (one message; the scheduler orders them by dependency)."""
+    def _forget_results(self) -> None:
+        """The scheduler came back without our records (no journal): it recomputes what it can, and the
+        workers drop what it does not know. Scattered data is not in any lineage: it is lost."""
         with self._lock:
-            tasks = [self._specs[k] for k, st in self._states.items() if k in self._specs and st.status == PENDING]
+            for key, st in self._states.items():
+                if key in self._specs and st.status in (PENDING, FINISHED):
+                    st.who_has = []
+                    self._set(st, PENDING)
+                elif st.status in (PENDING, FINISHED):
+                    self._set(st, CANCELLED, reason="scheduler-connection-lost")
+
+    def _resubmit(self) -> int:
+        """Tell the scheduler every live future again (one message; it orders them by dependency): a scheduler
+        that kept them answers at once, one that lost them computes them again. Scattered keys go without a
+        spec: a scheduler that lost their holders fails them with ScatteredDataLost."""
+        with self._lock:
+            tasks = [self._specs.get(k) or {"key": k, "spec": None, "deps": []}
+                     for k, st in self._states.items()
+                     if st.status == PENDING and k in self._specs or st.status == FINISHED]
         if tasks and self._stream is not None:
             self._stream.send({"op": "update-graph", "tasks": tasks})
         return len(tasks)
@@ -418,8 +463,18 @@ class Client:
             return True
 
     def _send_release(self, keys: list[str]) -> None:
-        if keys and not self._closing and self.status == "running":
-            self._send({"op": "release-keys", "keys": keys})
+        if not keys or self._closing:
+            return
+
+        def release() -> None:  # on the loop, where reconnection runs: no release slips between the two
+            if self._stream is not None:
+                self._stream.send({"op": "release-keys", "keys": keys})
+            else:  # the scheduler is away: told when it is back (one that recovered still holds them for us)
+                self._released_away.extend(keys)
+        if threading.current_thread() is self._loop.thread:
+            release()
+        else:
+            self._loop.call(release)
 
     # ---------------------------------------------------------------- submitting
     def submit(self, func: Any, *args: Any, key: str | None = None, workers: Any = None, pure: bool = True,
@@ -688,6 +743,8 @@ class Client:
         self.status = "closed"
 
         async def shutdown() -> None:
+            if self._stream is not None:  # a goodbye: the scheduler releases our tasks now, not after a grace period
+                self._stream.send({"op": "close-client"})
             for stream in [self._stream, *self._workers.values()]:
                 if stream is not None:
                     await stream.drain(1.0)

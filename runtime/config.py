@@ -34,6 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "worker_window": 4,             # tasks sent to a worker beyond its thread count (prefetch)
     "worker_window_seconds": 0.01,  # short tasks: widen the window to hold about this much estimated work
     "worker_window_max": 64,        # ... but never more tasks than this beyond the threads
+    "journal": True,                # the scheduler journals its work in its log directory, to survive a restart
+    "recovery_wait": 5.0,           # how long a recovering scheduler waits for the old workers before placing work
+    "client_grace": 60.0,           # how long a disconnected client's tasks are kept for it to come back
 }
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -104,11 +107,17 @@ def find_config_file(start: str | os.PathLike | None = None) -> tuple[Path, dict
 
 def _coerce(key: str, raw: Any) -> Any:
     default = DEFAULTS[key]
+    if isinstance(default, bool):
+        if isinstance(raw, str):
+            if raw.strip().lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(f"{key} must be true or false, not {raw!r}")
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        return bool(raw)
     if isinstance(default, list):
         return [p.strip() for p in raw.split(",") if p.strip()] if isinstance(raw, str) else list(raw)
     if key in ("worker_ttl", "heartbeat_interval", "memory_monitor_interval", "memory_kill_grace", "close_timeout",
                "restart_backoff_window", "restart_backoff_max", "connect_timeout", "reconnect_timeout",
-               "worker_window_seconds"):
+               "worker_window_seconds", "recovery_wait", "client_grace"):
         return parse_timedelta(raw)
     if isinstance(default, int) and not isinstance(default, bool):
         return int(raw)

@@ -12,54 +12,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import secrets
 import socket
 import sys
 
 from kwdiag.runtime import config as config_mod
+from kwdiag.runtime import identity
+from kwdiag.runtime.identity import OtherClusterError, StartupError
 from kwdiag.runtime.record import setup_logging
 
 
-class StartupError(Exception):
-    """Bad arguments or an unreadable secret: one line for the user, exit code 2."""
-
-
-def read_scheduler_file(path: str) -> tuple[str, bytes | None]:
-    try:
-        with open(path) as f:
-            info = json.load(f)
-        address = info["address"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StartupError(f"cannot read scheduler file {path}: {exc}") from None
-    secret = bytes.fromhex(info["secret"]) if info.get("secret") else None
-    return address, secret
+# Kept here too: callers import them from entry (the scheduler file is read by clients and clusters).
+read_scheduler_file = identity.read_scheduler_file
 
 
 def resolve_secret(explicit: bytes | None = None) -> bytes | None:
-    if explicit:
-        return explicit
-    raw = os.environ.get("KWDIAG_SECRET")
-    if raw:
-        try:
-            return bytes.fromhex(raw)
-        except ValueError:
-            raise StartupError("KWDIAG_SECRET must be hex") from None
-    return None
+    return explicit or identity.env_secret()
 
 
 def resolve_scheduler(address: str | None, scheduler_file: str | None) -> tuple[str, bytes]:
-    secret = None
-    if scheduler_file:
-        address, secret = read_scheduler_file(scheduler_file)
-    if not address:
-        raise StartupError("give the scheduler's ADDRESS or --scheduler-file")
-    secret = resolve_secret(secret)
-    if not secret:
-        raise StartupError("no shared secret: pass --scheduler-file (written by `kwdiag scheduler`) or set "
-                           "KWDIAG_SECRET to the scheduler's secret")
-    return address, secret
+    return identity.worker_identity(address, scheduler_file)
 
 
 def default_name() -> str:
@@ -67,10 +39,11 @@ def default_name() -> str:
 
 
 def start_scheduler(*, host: str, port: int, scheduler_file: str | None, log_dir: str | None,
-                    config: dict, watch_parent: int | None = None, security=None) -> None:
+                    config: dict, watch_parent: int | None = None, security=None, new_secret: bool = False) -> None:
+    """Run a scheduler until it closes. Raises ``StartupError`` (no traceback) for what a user can fix."""
     from kwdiag.runtime.scheduler import run_scheduler
 
-    secret = resolve_secret() or secrets.token_bytes(32)
+    secret, _ = identity.scheduler_secret(scheduler_file, new_secret)
     setup_logging()
     asyncio.run(run_scheduler(secret=secret, config=config, log_dir=log_dir, host=host, port=port,
                               scheduler_file=scheduler_file, watch_parent=watch_parent, security=security))
@@ -88,7 +61,8 @@ def start_worker(*, address: str | None, scheduler_file: str | None, nanny: bool
 
         asyncio.run(run_nanny(name=name, scheduler_address=address, secret=secret, config=config, nthreads=nthreads,
                               memory_limit=memory_limit, log_dir=log_dir, host=host, lifetime=lifetime,
-                              preload=list(preload), control_stdin=control_stdin, security=security))
+                              preload=list(preload), control_stdin=control_stdin, security=security,
+                              scheduler_file=scheduler_file))
     else:
         from kwdiag.runtime.worker import run_worker
 
@@ -96,7 +70,7 @@ def start_worker(*, address: str | None, scheduler_file: str | None, nanny: bool
                                nthreads=nthreads, memory_limit=memory_limit, log_dir=log_dir, host=host,
                                nanny_address=None, incarnation=1, lifetime=lifetime, status_fd=None,
                                control_fd=None, preload=list(preload), control_stdin=control_stdin,
-                               security=security))
+                               security=security, scheduler_file=scheduler_file))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--scheduler-file")
     s.add_argument("--log-dir")
     s.add_argument("--watch-parent", type=int)
+    s.add_argument("--new-secret", action="store_true")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     _tls_options(s)
     for role in ("worker", "worker-process"):
@@ -159,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         security = Security.from_options(args.tls_cert, args.tls_key, args.tls_ca)
         if args.role == "scheduler":
             start_scheduler(host=args.host, port=args.port, scheduler_file=args.scheduler_file, log_dir=args.log_dir,
-                            config=config, watch_parent=args.watch_parent, security=security)
+                            config=config, watch_parent=args.watch_parent, security=security,
+                            new_secret=args.new_secret)
             return
         memory_limit = config_mod.parse_bytes(args.memory_limit)
         lifetime = config_mod.parse_timedelta(args.lifetime)
@@ -172,14 +148,32 @@ def main(argv: list[str] | None = None) -> None:
         # worker-process: the child of a nanny
         from kwdiag.runtime.worker import run_worker
 
-        address, secret = resolve_scheduler(args.address, args.scheduler_file)
+        try:
+            address, secret = resolve_scheduler(args.address, args.scheduler_file)
+        except OtherClusterError:
+            raise
+        except StartupError:
+            if not (args.address and args.scheduler_file):
+                raise
+            # The file is gone or unreadable just now: start from the address the nanny last knew.
+            address, secret = resolve_scheduler(args.address, None)
         setup_logging()
         asyncio.run(run_worker(name=args.name or default_name(), scheduler_address=address, secret=secret,
                                config=config, nthreads=args.nthreads, memory_limit=memory_limit,
                                log_dir=args.log_dir, host=args.host, nanny_address=args.nanny_address,
                                incarnation=args.incarnation, lifetime=lifetime, status_fd=args.status_fd,
-                               control_fd=args.control_fd, preload=args.preload, security=security))
-    except (StartupError, ValueError) as exc:
+                               control_fd=args.control_fd, preload=args.preload, security=security,
+                               scheduler_file=args.scheduler_file))
+    except OtherClusterError as exc:
+        print(f"kwdiag: error: {exc}", file=sys.stderr)
+        # A nanny's worker must not be restarted into a cluster it does not belong to (EX_CONFIG stops the nanny).
+        from kwdiag.runtime.core import EXIT_REFUSED
+
+        sys.exit(EXIT_REFUSED if args.role == "worker-process" else exc.exit_code)
+    except StartupError as exc:
+        print(f"kwdiag: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except ValueError as exc:
         print(f"kwdiag: error: {exc}", file=sys.stderr)
         sys.exit(2)
 

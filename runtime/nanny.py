@@ -63,8 +63,10 @@ class Nanny:
     def __init__(self, *, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int = 1,
                  memory_limit: int | None = None, log_dir: str | None = None, host: str = "127.0.0.1",
                  lifetime: float | None = None, preload: list[str] = (), worker_env: dict | None = None,
-                 security: Security | None = None):
+                 security: Security | None = None, scheduler_file: str | None = None):
         self.name = name
+        # Given to each worker it starts, so that a worker started after the scheduler moved finds it.
+        self.scheduler_file = scheduler_file
         self.security = security
         self.credentials = Credentials(secret, security)
         self.scheduler_address = scheduler_address
@@ -124,8 +126,11 @@ class Nanny:
         self.stderr_tail.clear()
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
+        where = ["--scheduler", self.scheduler_address]  # the file, when there is one, says where it is now
+        if self.scheduler_file:
+            where += ["--scheduler-file", self.scheduler_file]
         cmd = entry_command(
-            "worker-process", "--scheduler", self.scheduler_address, "--name", self.name,
+            "worker-process", *where, "--name", self.name,
             "--nthreads", str(self.nthreads), "--host", self.host, "--nanny-address", self.address,
             "--incarnation", str(self.incarnation), "--status-fd", str(status_w), "--control-fd", str(control_r))
         if self.memory_limit:
@@ -145,7 +150,7 @@ class Nanny:
         os.close(status_w)
         os.close(control_r)
         self._control = os.fdopen(control_w, "wb", buffering=0)
-        self.started_at = time.time()
+        self.started_at = time.monotonic()  # for the uptime: a wall-clock jump must not distort it
         self._exited = asyncio.Event()
         self.rec.event("worker-spawn", f"Started worker process {self.proc.pid} (incarnation {self.incarnation})",
                        pid=self.proc.pid, incarnation=self.incarnation)
@@ -196,7 +201,6 @@ class Nanny:
             self._control.close()
         except OSError:
             pass
-        now = time.time()
         signum = -code if code < 0 else None
         leaving = self.leaving_reason
         # The nanny caused this exit only if the outcome is what it did: a signal it sent, or a clean exit
@@ -205,7 +209,7 @@ class Nanny:
         if self.caused_by is not None and code != 0 and signum not in self.sent_signals:
             self.caused_by = None
         will_restart = self._should_restart(code, leaving)
-        samples = [[round(t, 3), rss] for t, rss in self.samples]
+        samples = [[round(t, 3), rss] for t, _, rss in self.samples]
         if signum:
             text = f"Worker process {proc.pid} was killed by signal {signum} ({signal_name(signum)})"
         else:
@@ -219,7 +223,7 @@ class Nanny:
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction,
                        peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
                        running_tasks=sorted(self.running), stderr_tail=list(self.stderr_tail),
-                       uptime=round(now - self.started_at, 3), will_restart=will_restart)
+                       uptime=round(time.monotonic() - self.started_at, 3), will_restart=will_restart)
         self._exited.set()
         if not will_restart:
             if not self.closing:
@@ -274,9 +278,11 @@ class Nanny:
             if proc is not None and proc.returncode is None:
                 rss = _tree_rss(proc.pid)
                 if rss is not None:
-                    now = time.time()
-                    self.samples.append((now, rss))
-                    while self.samples and now - self.samples[0][0] > SAMPLES_KEPT_SECONDS:
+                    # Stamped with the wall clock (for people and charts), kept by the monotonic one: a clock
+                    # set back must not keep samples forever, nor one set forward drop them all.
+                    mono = time.monotonic()
+                    self.samples.append((time.time(), mono, rss))
+                    while self.samples and mono - self.samples[0][1] > SAMPLES_KEPT_SECONDS:
                         self.samples.popleft()
                     if (self.memory_limit and rss > self.fraction * self.memory_limit
                             and self.caused_by is None):
@@ -290,7 +296,7 @@ class Nanny:
                        f"budget ({format_bytes(rss)} of {format_bytes(self.memory_limit)}). Restarting...",
                        level="warning", pid=proc.pid, rss=rss, memory_limit=self.memory_limit,
                        terminate_fraction=self.fraction, running_tasks=sorted(self.running),
-                       samples=[[round(t, 3), r] for t, r in list(self.samples)[-50:]])
+                       samples=[[round(t, 3), r] for t, _, r in list(self.samples)[-50:]])
         try:
             self.sent_signals.add(signal.SIGTERM)
             proc.send_signal(signal.SIGTERM)

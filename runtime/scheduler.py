@@ -8,6 +8,10 @@ event with how and how fast it was noticed; counting each unexpected death again
 that were *executing* on the worker (not merely queued there) and failing a task with
 KilledWorker past ``allowed_failures``; scatter, replicate, retire, restart, run, versions.
 
+Also: appending every fact it must not forget to its journal (``runtime.journal``) as the state
+changes, and accepting the results and running tasks a (re-)registering worker reports; recovering
+from a predecessor's journal is ``runtime.recovery``'s part.
+
 Does not cover: unpickling anything (task payloads, results and exceptions pass through as
 opaque bytes), running tasks (``runtime.worker``), or supervising processes (``runtime.nanny``).
 """
@@ -15,18 +19,21 @@ opaque bytes), running tasks (``runtime.worker``), or supervising processes (``r
 from __future__ import annotations
 
 import asyncio
+import errno
 import heapq
 import itertools
-import json
 import logging
 import os
 import signal
 import time
 from typing import Any
 
+from kwdiag.runtime import recovery
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import CommClosedError, Credentials, Listener, Security, connect
 from kwdiag.runtime.core import Stream, background
+from kwdiag.runtime.identity import StartupError, write_scheduler_file
+from kwdiag.runtime.journal import Journal
 from kwdiag.runtime.record import Recorder
 
 logger = logging.getLogger("kwdiag.scheduler")
@@ -44,7 +51,7 @@ def key_prefix(key: str) -> str:
 class TaskState:
     __slots__ = ("key", "run_spec", "deps", "dependents", "state", "who_has", "processing_on", "executing",
                  "suspicious", "death_workers", "error", "wanted_by", "restrictions", "waiting_on", "priority",
-                 "nbytes", "scattered", "missing_retries", "loose")
+                 "nbytes", "scattered", "missing_retries", "loose", "expected")
 
     def __init__(self, key: str, run_spec: bytes | None, priority: tuple[int, int]):
         self.key = key
@@ -66,6 +73,7 @@ class TaskState:
         self.scattered = run_spec is None
         self.missing_retries = 0
         self.loose = False  # restrictions are a preference only (allow_other_workers)
+        self.expected: dict[str, int] | None = None  # replayed: worker name -> nbytes, until a holder is back
 
     def __repr__(self) -> str:
         return f"<Task {self.key!r} {self.state}>"
@@ -126,9 +134,20 @@ class Scheduler:
         self.durations: dict[str, float] = {}  # key prefix -> moving average of its tasks' run time, seconds
         self._window_settings = (int(config["worker_window"]), float(config["worker_window_seconds"]),
                                  int(config["worker_window_max"]))  # read once: placement asks for each task
+        self.log_dir = log_dir
+        self.journal: Journal | None = None
+        if log_dir and config["journal"]:
+            self.journal = Journal(log_dir, self._journal_failed)
+        self.recovery: recovery.Recovery | None = None   # set while recovering from a predecessor's journal
+        self.started_at = time.time()          # reported (and compared with peers' clocks for headless time)
+        self._started_mono = time.monotonic()   # measured from: a wall-clock jump must not distort durations
+        self.first_finished_after: float | None = None   # seconds from start to the first task finished here
+        self.absent_clients: dict[str, asyncio.TimerHandle] = {}  # disconnected, within their grace period
+        self._upkeep_task: asyncio.Task | None = None
         self.handlers = {
             "register-worker": self.handle_register_worker,
             "register-client": self.handle_register_client,
+            "close-client": self.handle_close_client,
             "heartbeat": self.handle_heartbeat,
             "started": self.handle_started,
             "finished": self.handle_finished,
@@ -153,17 +172,54 @@ class Scheduler:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> str:
+        """Take the run directory, listen, replay a predecessor's journal, then announce the address.
+
+        Raises ``StartupError`` for what a user can fix: a port in use, a run directory another
+        scheduler holds, a scheduler file that cannot be written."""
+        replay = recovery.take_run_directory(self) if self.journal else None
         self._listener = Listener(self.credentials, self._on_comm, self.rec.refused)
-        self.address = await self._listener.start(self.host, self.port)
+        try:
+            self.address = await self._listener.start(self.host, self.port)
+        except OSError as exc:
+            raise StartupError(_listen_error(self.host, self.port, exc), 3) from None
         self.rec.event("process-start", f"Scheduler process {os.getpid()} starting", role="scheduler",
                        address=self.address, versions=self.versions,
                        config={"allowed_failures": self.allowed_failures, "worker_ttl": self.worker_ttl})
         self.rec.event("scheduler-start", f"  Scheduler at: {self.address:>25}", address=self.address,
                        allowed_failures=self.allowed_failures, worker_ttl=self.worker_ttl)
+        if self.journal:
+            recovery.begin(self, replay)   # replays the journal (if any) and writes a fresh one
         if self.scheduler_file:
             write_scheduler_file(self.scheduler_file, self.address, self.secret)
         self._ttl_task = background(self._check_ttl_forever())
+        if self.journal:
+            self._upkeep_task = background(self._journal_upkeep_forever())
         return self.address
+
+    # ---------------------------------------------------------------- journal
+    def _j(self, *records: list) -> None:
+        """Append to the journal before anyone is told what the records say (one write for all of them)."""
+        if self.journal is not None:
+            self.journal.append(*records)
+
+    def _journal_failed(self, reason: str) -> None:
+        self.rec.event("journal-error", f"Could not write the journal {self.journal.path}: {reason}; the scheduler "
+                       "goes on, and will write a complete journal as soon as it can (until then a restart would "
+                       "lose the work since)", level="error", path=self.journal.path, reason=reason)
+
+    async def _journal_upkeep_forever(self) -> None:
+        """Compact a journal that grew well past its state; rewrite one that failed or was deleted."""
+        while True:
+            await asyncio.sleep(1.0)
+            journal = self.journal
+            live = 3 * len(self.tasks) + len(self.workers) + len(self.clients)  # ~ task, want, has per task
+            if journal is None or not journal.needs_snapshot(live):
+                continue
+            broken_since = journal.broken_since
+            if journal.snapshot(recovery.snapshot(self)) and broken_since is not None:
+                self.rec.event("journal-restored", f"The journal {journal.path} is complete again after "
+                               f"{time.monotonic() - broken_since:.1f}s", level="warning", path=journal.path,
+                               after=round(time.monotonic() - broken_since, 3))
 
     async def finished(self) -> None:
         await self._closed.wait()
@@ -173,6 +229,7 @@ class Scheduler:
             return
         self._closing = True
         self.rec.event("scheduler-close", f"Closing scheduler. Reason: {reason}", reason=reason)
+        self._j(["close", reason])  # a clean end: the next scheduler on this run directory starts afresh
         for ws in list(self.workers.values()):
             ws.stream.send({"op": "close", "reason": "scheduler-close"})
             await ws.stream.drain(1.0)
@@ -182,8 +239,13 @@ class Scheduler:
             stream.close()
         if self._listener:
             self._listener.stop()
-        if self._ttl_task:
-            self._ttl_task.cancel()
+        for task in (self._ttl_task, self._upkeep_task):
+            if task:
+                task.cancel()
+        if self.recovery is not None:
+            self.recovery.cancel()
+        if self.journal is not None:
+            self.journal.close()
         self.rec.close()
         self._closed.set()
 
@@ -201,7 +263,27 @@ class Scheduler:
         client = stream.info.get("client")
         if client is not None and self.clients.get(client) is stream:
             del self.clients[client]
+            if stream.info.get("client-closed") or self._closing:
+                self._release_client(client)
+            else:  # it may come back (a broken connection, a client that reconnects): keep its futures a while
+                self._client_absent(client)
+
+    def _client_absent(self, client: str) -> None:
+        grace = float(self.config["client_grace"])
+        logger.info("Client %s disconnected; keeping its tasks for %.0fs in case it comes back", client, grace)
+        old = self.absent_clients.pop(client, None)
+        if old is not None:
+            old.cancel()
+        self.absent_clients[client] = asyncio.get_running_loop().call_later(grace, self._client_gone, client)
+
+    def _client_gone(self, client: str) -> None:
+        self.absent_clients.pop(client, None)
+        if client not in self.clients:
+            logger.info("Client %s did not come back; releasing its tasks", client)
             self._release_client(client)
+
+    def handle_close_client(self, stream: Stream, msg: dict) -> None:
+        stream.info["client-closed"] = True  # released at once when the connection ends
 
     # ---------------------------------------------------------------- registration
     def handle_register_worker(self, stream: Stream, msg: dict) -> dict:
@@ -233,16 +315,67 @@ class Scheduler:
         ws.versions = peer_versions
         stream.info["worker"] = ws
         self.workers[address] = ws
-        self.rec.event("worker-registered", f"Register worker addr: {address} name: {name}", worker=name,
+        self._j(["worker", name, address, True])
+        held = msg.get("data") or {}
+        self.rec.event("worker-registered", f"Register worker addr: {address} name: {name}"
+                       + (f" (holding {len(held)} result(s))" if held else ""), worker=name,
                        address=address, name=name, nthreads=ws.nthreads, memory_limit=ws.memory_limit,
                        nanny=ws.nanny, pid=ws.pid, incarnation=ws.incarnation)
+        self._adopt(ws, held, msg.get("executing") or [], msg.get("queued") or [])
+        if self.recovery is not None:
+            self.recovery.worker_back(name, msg.get("lost_at"))
         asyncio.get_running_loop().call_soon(self._schedule)
         return {"status": "ok", "warning": warning, "heartbeat_interval": self.config["heartbeat_interval"]}
+
+    def _adopt(self, ws: WorkerState, held: dict, executing: list, queued: list) -> None:
+        """Take what a worker that kept working without us reports: results it holds and tasks it runs.
+
+        A result of a task that is wanted and not being computed elsewhere is kept (not recomputed);
+        a task it runs or has queued stays with it. Anything else is freed on the worker."""
+        free = []
+        for key, nbytes in held.items():
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == MEMORY:
+                self._add_holder(ts, ws)
+            elif ts is not None and ts.state in (RELEASED, WAITING, READY):
+                if self.recovery is not None:
+                    self.recovery.result_back(ts)
+                self._accept_result(ts, ws, int(nbytes or 0))
+                if self.recovery is None or not self.recovery.open:  # (a recovery sorts out what is needed at its end)
+                    self._release_if_unneeded(ts)
+            else:
+                free.append(key)
+        running = set(executing)
+        for key in [*executing, *queued]:
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state in (RELEASED, WAITING, READY) and ts.run_spec is not None:
+                ts.state = PROCESSING
+                ts.processing_on = ws
+                ts.waiting_on = set()
+                ws.processing.add(ts)
+                if key in running:
+                    ts.executing = True
+                    ws.executing.add(ts)
+                if self.recovery is not None:
+                    self.recovery.adopted += 1
+            elif ts is None or ts.processing_on is not ws:
+                free.append(key)
+        if free:
+            ws.stream.send({"op": "free-keys", "keys": free})
 
     def handle_register_client(self, stream: Stream, msg: dict) -> dict:
         client_id = msg["client"]
         stream.info["client"] = client_id
+        # Known: it was connected, or within its grace period, or in the journal we recovered from; its futures
+        # are still ours. An unknown client that reconnects lost them with a scheduler that had no journal.
+        absent = self.absent_clients.pop(client_id, None)
+        if absent is not None:
+            absent.cancel()
+        known = absent is not None or client_id in self.clients
         self.clients[client_id] = stream
+        self._j(["client", client_id, True])
+        if self.recovery is not None:
+            self.recovery.peer_lost_at(msg.get("lost_at"))
         diffs = versions_mod.differences(self.versions, msg.get("versions") or {}, self.compared)
         warning = None
         if diffs:
@@ -250,8 +383,8 @@ class Scheduler:
             self.rec.event("versions-mismatch", f"Client {client_id}: {warning}", level="warning", peer="client",
                            differences=[{"package": d["package"], "scheduler": d["ours"], "peer": d["theirs"]}
                                         for d in diffs], required=False)
-        logger.info("Receive client connection: %s", client_id)
-        return {"status": "ok", "warning": warning, "allowed_failures": self.allowed_failures}
+        logger.info("Receive client connection: %s%s", client_id, " (again)" if known else "")
+        return {"status": "ok", "warning": warning, "allowed_failures": self.allowed_failures, "known": known}
 
     def _worker_of(self, stream: Stream) -> WorkerState | None:
         ws = stream.info.get("worker")
@@ -271,21 +404,29 @@ class Scheduler:
     def handle_update_graph(self, stream: Stream, msg: dict) -> None:
         client = stream.info.get("client")
         created: set[TaskState] = set()   # a set: membership below is tested once per task
+        records, wanted = [], []
         for spec in msg["tasks"]:
             key = spec["key"]
             ts = self.tasks.get(key)
             if ts is None:
                 # Higher user priority first (as Dask's submit(priority=)), then submission order.
-                ts = TaskState(key, spec["spec"], (-int(spec.get("priority") or 0), next(self._priority)))
+                ts = TaskState(key, spec.get("spec"), (-int(spec.get("priority") or 0), next(self._priority)))
                 self.counters["submitted"] += 1
                 ts.restrictions = set(spec["workers"]) if spec.get("workers") else None
                 ts.loose = bool(spec.get("loose"))
                 self.tasks[key] = ts
                 created.add(ts)
+                records.append(_task_record(ts, spec.get("deps")))
             elif ts.state == RELEASED and ts.run_spec is None and spec.get("spec") is not None:
                 ts.run_spec, ts.scattered = spec["spec"], False
-            ts.wanted_by.add(client)
+                records.append(_task_record(ts, spec.get("deps")))
+            if client not in ts.wanted_by:
+                ts.wanted_by.add(client)
+                wanted.append(key)
             spec["_ts"] = ts
+        if wanted:
+            records.append(["want", client, wanted])
+        self._j(*records)
         for spec in msg["tasks"]:
             ts = spec.pop("_ts")
             if ts not in created:
@@ -298,11 +439,13 @@ class Scheduler:
                     break
                 ts.deps.add(dts)
                 dts.dependents.add(ts)
+        recovering = self.recovery is not None and self.recovery.open
         for spec in msg["tasks"]:
             ts = self.tasks.get(spec["key"])
             if ts is None:
                 continue
-            if ts.state == RELEASED and ts.error is None:
+            # While a recovery waits for workers to report what they hold, nothing is recomputed yet.
+            if ts.state == RELEASED and ts.error is None and not recovering:
                 self._recompute(ts)
             self._report_to_client(ts, client)
         self._schedule()
@@ -364,6 +507,8 @@ class Scheduler:
         self.durations[prefix] = seconds if old is None else 0.5 * old + 0.5 * seconds
 
     def _schedule(self) -> None:
+        if self.recovery is not None and self.recovery.open:
+            return  # workers are still reporting what they hold: placing work now could redo theirs
         running = [ws for ws in self.workers.values() if ws.status == "running"]
         if not running or not self.ready:
             return
@@ -433,12 +578,22 @@ class Scheduler:
             return
         self._done_processing(ts)
         self.counters["finished"] += 1
+        if self.first_finished_after is None:
+            self.first_finished_after = round(time.monotonic() - self._started_mono, 3)
         if msg.get("duration") is not None:
             self._learn_duration(ts.key, float(msg["duration"]))
+        self._accept_result(ts, ws, int(msg.get("nbytes") or 0))
+        for dts in ts.deps:
+            self._release_if_unneeded(dts)
+        self._release_if_unneeded(ts)
+        self._schedule()
+
+    def _accept_result(self, ts: TaskState, ws: WorkerState, nbytes: int) -> None:
+        """``ts``'s result is on ``ws``: tell the clients that want it, and wake the tasks that waited on it."""
         ts.state = MEMORY
-        ts.nbytes = int(msg.get("nbytes") or 0)
-        ts.who_has.add(ws)
-        ws.has_what.add(ts)
+        ts.nbytes = nbytes
+        ts.waiting_on = set()
+        self._add_holder(ts, ws)
         for client in ts.wanted_by:
             stream_c = self.clients.get(client)
             if stream_c is not None:
@@ -448,10 +603,18 @@ class Scheduler:
                 dep.waiting_on.discard(ts)
                 if not dep.waiting_on:
                     self._make_ready(dep)
-        for dts in ts.deps:
-            self._release_if_unneeded(dts)
-        self._release_if_unneeded(ts)
-        self._schedule()
+
+    def _add_holder(self, ts: TaskState, ws: WorkerState) -> None:
+        if ws not in ts.who_has:
+            self._j(["has", ts.key, ws.name, ts.nbytes])
+            ts.who_has.add(ws)
+            ws.has_what.add(ts)
+
+    def _drop_holder(self, ts: TaskState, ws: WorkerState) -> None:
+        if ws in ts.who_has:
+            self._j(["drop", ts.key, ws.name])
+            ts.who_has.discard(ws)
+            ws.has_what.discard(ts)
 
     def handle_erred(self, stream: Stream, msg: dict) -> None:
         ws, ts = self._processing_task(stream, msg["key"])
@@ -478,6 +641,7 @@ class Scheduler:
                 self._done_processing(t)
             t.state = ERRED
             t.error = error
+            self._j(["err", t.key, error])
             self.counters["erred"] += 1
             t.waiting_on = set()
             for client in t.wanted_by:
@@ -498,8 +662,7 @@ class Scheduler:
                 continue
             if ts.missing_retries > 3:  # the holders keep failing to deliver: treat the copies as lost
                 for holder in list(dts.who_has):
-                    holder.has_what.discard(dts)
-                dts.who_has.clear()
+                    self._drop_holder(dts, holder)
             if dts.state == MEMORY and not dts.who_has:
                 dts.state = RELEASED
         ts.state = RELEASED
@@ -513,8 +676,7 @@ class Scheduler:
         for key in msg["keys"]:
             ts = self.tasks.get(key)
             if ts is not None and ts.state == MEMORY:
-                ts.who_has.add(ws)
-                ws.has_what.add(ts)
+                self._add_holder(ts, ws)
             else:
                 ws.stream.send({"op": "free-keys", "keys": [key]})
 
@@ -526,10 +688,9 @@ class Scheduler:
         if self._needed(ts) or ts.state == PROCESSING:
             return
         if ts.state == MEMORY:
-            for ws in ts.who_has:
-                ws.has_what.discard(ts)
+            for ws in list(ts.who_has):
+                self._drop_holder(ts, ws)
                 ws.stream.send({"op": "free-keys", "keys": [ts.key]})
-            ts.who_has.clear()
             ts.state = RELEASED
         elif ts.state in (WAITING, READY):
             ts.state = RELEASED
@@ -542,6 +703,7 @@ class Scheduler:
             if t.wanted_by or t.dependents or t.state not in (RELEASED, ERRED) or self.tasks.get(t.key) is not t:
                 continue
             del self.tasks[t.key]
+            self._j(["forget", [t.key]])
             for dts in t.deps:
                 dts.dependents.discard(t)
                 if not dts.wanted_by and dts.state == MEMORY and not any(d.state in ACTIVE for d in dts.dependents):
@@ -550,6 +712,7 @@ class Scheduler:
 
     def handle_release_keys(self, stream: Stream, msg: dict) -> None:
         client = stream.info.get("client")
+        self._j(["unwant", client, [k for k in msg["keys"] if k in self.tasks]])
         for key in msg["keys"]:
             ts = self.tasks.get(key)
             if ts is None:
@@ -560,6 +723,8 @@ class Scheduler:
                 self._maybe_forget(ts)
 
     def _release_client(self, client: str) -> None:
+        self._j(["unwant", client, [k for k, ts in self.tasks.items() if client in ts.wanted_by]],
+                ["client", client, False])
         for ts in list(self.tasks.values()):
             if client in ts.wanted_by:
                 ts.wanted_by.discard(client)
@@ -579,6 +744,7 @@ class Scheduler:
             return
         del self.workers[ws.address]
         ws.status = "closed"
+        self._j(["worker", ws.name, ws.address, False])   # replay drops everything it held
         if noticed_after is None:
             noticed_after = time.monotonic() - ws.last_seen
         blamed, rerouted, lost, lost_scattered, killed = [], [], [], [], []
@@ -588,6 +754,7 @@ class Scheduler:
             if was_executing and not expected:
                 ts.suspicious += 1
                 ts.death_workers.append(ws.name)
+                self._j(["blame", ts.key, ts.suspicious, ts.death_workers])
                 blamed.append(ts.key)
                 if ts.suspicious > self.allowed_failures:
                     killed.append(ts)
@@ -730,12 +897,14 @@ class Scheduler:
                 ts = self.tasks.get(key)
                 if ts is None:
                     ts = self.tasks[key] = TaskState(key, None, (0, next(self._priority)))
+                    self._j(_task_record(ts, ()))
                 ts.state = MEMORY
                 ts.scattered = ts.run_spec is None
                 ts.nbytes = len(part[key])
-                ts.who_has.add(ws)
-                ws.has_what.add(ts)
-                ts.wanted_by.add(client)
+                self._add_holder(ts, ws)
+                if client not in ts.wanted_by:
+                    self._j(["want", client, [key]])
+                    ts.wanted_by.add(client)
                 who_has.setdefault(key, []).append(ws.address)
         missing = [k for k in data if k not in who_has]
         if missing:
@@ -750,8 +919,7 @@ class Scheduler:
         for key in got:
             ts = self.tasks.get(key)
             if ts is not None and ts.state == MEMORY and self.workers.get(target.address) is target:
-                ts.who_has.add(target)
-                target.has_what.add(ts)
+                self._add_holder(ts, target)
         return got
 
     async def handle_replicate(self, stream: Stream, msg: dict) -> dict:
@@ -801,6 +969,9 @@ class Scheduler:
             "worker_ttl": self.worker_ttl,
             "tasks": counts,
             "counters": dict(self.counters),
+            "started": self.started_at,
+            "first_finished_after": self.first_finished_after,
+            "recovery": self.recovery.summary() if self.recovery is not None else None,
             "workers": {ws.address: {"name": ws.name, "nthreads": ws.nthreads, "memory_limit": ws.memory_limit,
                                      "memory": ws.memory,
                                      "nanny": ws.nanny, "pid": ws.pid, "incarnation": ws.incarnation,
@@ -870,6 +1041,7 @@ class Scheduler:
             if keys:
                 cstream.send({"op": "cancelled", "keys": keys, "reason": "restart"})
         self.tasks.clear()
+        self._j(["flush"])
         self.ready.clear()
         no_nanny = [ws for ws in olds if not ws.nanny]
         if no_nanny:
@@ -912,14 +1084,16 @@ class Scheduler:
         return {"status": "ok"}
 
 
-def write_scheduler_file(path: str, address: str, secret: bytes) -> None:
-    """Write the scheduler file (JSON: address, secret) readable by its owner only (0600)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"type": "kwdiag-scheduler", "address": address, "secret": secret.hex(), "pid": os.getpid()}, f)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+def _task_record(ts: TaskState, deps: Any) -> list:
+    return ["task", ts.key, ts.run_spec, list(deps or ()), -ts.priority[0],
+            sorted(ts.restrictions) if ts.restrictions else None, ts.loose]
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (f"port {port} on {host} is already in use (another scheduler?): stop it, or choose another port "
+                "with --port (0: any free port)")
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
 async def run_scheduler(*, secret: bytes, config: dict, log_dir: str | None, host: str, port: int,

@@ -1,6 +1,8 @@
 """The worker: runs tasks in threads, holds their results, serves them to peers and clients.
 
-Covers: registering with the scheduler (and re-registering after it comes back), heartbeats,
+Covers: registering with the scheduler (and re-registering after it comes back: the worker keeps its
+results and its running tasks while the scheduler is away, reports them when it registers again, and
+re-reads its scheduler file on every attempt, so a scheduler that returns elsewhere is found), heartbeats,
 fetching a task's dependencies from peers, executing tasks in a thread pool of ``nthreads``
 (telling the scheduler *before* a task starts, so a death mid-task is blamed correctly), keeping
 results, a graceful close that hands work back (signals when run without a nanny, retirement,
@@ -30,6 +32,7 @@ import cloudpickle
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import CommClosedError, Credentials, Listener, Security, connect
 from kwdiag.runtime.core import EXIT_REFUSED, RemoteError, Stream, background, watch_control_pipe
+from kwdiag.runtime.identity import Follower
 from kwdiag.runtime.record import Recorder
 
 logger = logging.getLogger("kwdiag.worker")
@@ -63,10 +66,13 @@ class Worker:
     def __init__(self, *, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int = 1,
                  memory_limit: int | None = None, log_dir: str | None = None, host: str = "127.0.0.1",
                  nanny_address: str | None = None, incarnation: int = 1, lifetime: float | None = None,
-                 status_fd: int | None = None, control_fd: int | None = None, security: Security | None = None):
+                 status_fd: int | None = None, control_fd: int | None = None, security: Security | None = None,
+                 scheduler_file: str | None = None):
         self.name = name
         self.credentials = Credentials(secret, security)
         self.scheduler_address = scheduler_address
+        self.follower = Follower(scheduler_address, secret, scheduler_file)
+        self.lost_at: float | None = None  # wall-clock time the scheduler connection broke, told to its successor
         self.secret = secret
         self.config = config
         self.nthreads = nthreads
@@ -122,16 +128,22 @@ class Worker:
     async def _on_peer(self, comm) -> None:
         await Stream(comm, self.peer_handlers, on_bad_frame=self.rec.bad_frame).run()
 
-    async def _connect_scheduler(self, first: bool) -> None:
+    async def _dial(self, first: bool) -> Any:
+        """Connect to the scheduler (wherever its file now says it is), retrying with back-off; None if the
+        reconnection timed out and the worker is closing."""
         timeout = self.config["connect_timeout"] if first else self.config["reconnect_timeout"]
         deadline = time.monotonic() + timeout
         delay = 0.05
-        lost_at = time.monotonic()
+        warned_other = False
         while True:
+            self.scheduler_address = self.follower.current()   # the scheduler may come back elsewhere
+            if self.follower.other_cluster and not warned_other:
+                warned_other = True
+                logger.warning("Scheduler file %s now names another cluster; not following it (still trying %s)",
+                               self.follower.scheduler_file, self.scheduler_address)
             try:
-                comm = await connect(self.scheduler_address, self.credentials,
+                return await connect(self.scheduler_address, self.credentials,
                                      timeout=max(0.5, min(5.0, deadline - time.monotonic())))
-                break
             except CommClosedError as exc:
                 if time.monotonic() > deadline:
                     if first:
@@ -139,20 +151,34 @@ class Worker:
                     self.rec.event("scheduler-lost", f"Failed to reconnect to scheduler after {timeout:.0f}s; closing",
                                    level="error", address=self.scheduler_address)
                     await self.close("scheduler-lost", hand_back=False)
-                    return
+                    return None
                 logger.info("Waiting to connect to: %26s (%s)", self.scheduler_address, exc)
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
+
+    async def _connect_scheduler(self, first: bool) -> None:
+        lost_at = time.monotonic()
+        comm = await self._dial(first)
+        if comm is None:
+            return
         stream = Stream(comm, self.scheduler_handlers, on_close=self._on_scheduler_closed,
                         on_bad_frame=self.rec.bad_frame)
         reader = background(stream.run())
         # Bind before registering: the scheduler may send work right after it registers us, before we
         # read its reply, and "started" must reach it for blame to be right. One stream keeps order.
         self.scheduler = stream
-        reply = await stream.request(
-            "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
-            memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
-            incarnation=self.incarnation, versions=self.versions)
+        # What we kept while the scheduler was away: a successor that replayed its journal reuses it.
+        try:
+            reply = await stream.request(
+                "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
+                memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
+                incarnation=self.incarnation, versions=self.versions,
+                data={k: _sizeof(v) for k, v in self.data.items()}, executing=sorted(self.executing),
+                queued=[k for k in self.specs if k not in self.executing], lost_at=self.lost_at)
+        except CommClosedError:
+            if first:
+                raise
+            return  # it went away again while we registered: its closing stream starts the next attempt
         if reply.get("status") == "refused":
             self.rec.event("worker-fatal", f"Scheduler refused this worker: {reply.get('reason')}\n"
                            f"{reply.get('table') or ''}", level="error", exception="VersionMismatch",
@@ -169,21 +195,23 @@ class Worker:
             logger.info("        Registered to: %26s", self.scheduler_address)
         else:
             self.rec.event("reconnected", f"Reconnected to scheduler at {self.scheduler_address} after "
-                           f"{time.monotonic() - lost_at:.2f}s", address=self.scheduler_address,
-                           after=round(time.monotonic() - lost_at, 3))
+                           f"{time.monotonic() - lost_at:.2f}s, holding {len(self.data)} result(s) and running "
+                           f"{len(self.executing)} task(s)", address=self.scheduler_address,
+                           after=round(time.monotonic() - lost_at, 3), held=len(self.data),
+                           executing=len(self.executing))
+        self.lost_at = None
 
     def _on_scheduler_closed(self, stream: Stream) -> None:
         if self.scheduler is not stream or self.closing or self.closing_requested:
             return
         self.scheduler = None
+        self.lost_at = time.time()
         self.rec.event("scheduler-lost", f"Connection to scheduler {self.scheduler_address} has been closed; "
-                       "dropping its tasks and reconnecting", level="warning", address=self.scheduler_address)
-        # A scheduler that comes back has no record of our tasks or data: start clean.
-        self.specs.clear()
-        self.ready.clear()
-        self.cancelled.update(self.executing)
-        self.data.clear()
-        self._report_running()
+                       f"keeping {len(self.data)} result(s) and {len(self.executing)} running task(s) and "
+                       "reconnecting", level="warning", address=self.scheduler_address, held=len(self.data),
+                       executing=len(self.executing))
+        # Keep working: a scheduler that comes back with its journal takes our results and running tasks
+        # when we register again; one without a journal tells us to free what it does not know.
         background(self._connect_scheduler(first=False))
 
     async def _heartbeat_forever(self) -> None:
@@ -326,13 +354,13 @@ class Worker:
             return
         if key in self.cancelled:
             self.cancelled.discard(key)
-        elif self.scheduler is not None:
-            if status == "ok":
-                self.data[key] = payload
+        elif status == "ok":
+            self.data[key] = payload  # kept even while the scheduler is away: reported when we register again
+            if self.scheduler is not None:
                 self.scheduler.send({"op": "finished", "key": key, "nbytes": _sizeof(payload),
                                      "duration": round(duration, 6)})
-            else:
-                self.scheduler.send({"op": "erred", "key": key, **payload})
+        elif self.scheduler is not None:  # an error while it is away: the task runs again, and fails again
+            self.scheduler.send({"op": "erred", "key": key, **payload})
         self._run_ready()
 
     def _fatal_exit(self, key: str, code: Any) -> None:
@@ -459,7 +487,8 @@ def _execute(spec: bytes, values: dict) -> tuple[str, Any]:
 async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config: dict, nthreads: int,
                      memory_limit: int | None, log_dir: str | None, host: str, nanny_address: str | None,
                      incarnation: int, lifetime: float | None, status_fd: int | None, control_fd: int | None,
-                     preload: list[str] = (), control_stdin: bool = False, security: Security | None = None) -> None:
+                     preload: list[str] = (), control_stdin: bool = False, security: Security | None = None,
+                     scheduler_file: str | None = None) -> None:
     import faulthandler
     import importlib
 
@@ -468,7 +497,7 @@ async def run_worker(*, name: str, scheduler_address: str, secret: bytes, config
     worker = Worker(name=name, scheduler_address=scheduler_address, secret=secret, config=config, nthreads=nthreads,
                     memory_limit=memory_limit, log_dir=log_dir, host=host, nanny_address=nanny_address,
                     incarnation=incarnation, lifetime=lifetime, status_fd=status_fd, control_fd=control_fd,
-                    security=security)
+                    security=security, scheduler_file=scheduler_file)
     try:
         for module in preload:
             logger.info("Import preload module: %s", module)

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from kwdiag.events import from_json_line
-from kwdiag.runtime.spawn import child_env, entry_command
+from kwdiag.runtime.spawn import child_env, entry_command, module_command
 
 DEADLINE = 60.0
 
@@ -81,6 +81,16 @@ def spawn_entry(args: list[str], log_path: str, env: dict | None = None) -> subp
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(entry_command(*args), stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, env=child_env(env), start_new_session=True)
+    finally:
+        log.close()
+
+
+def spawn_kwdiag(args: list[str], log_path: str, env: dict | None = None) -> subprocess.Popen:
+    """Start the ``kwdiag`` command line (``kwdiag scheduler ...``, as a user types it) with its output in ``log_path``."""
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(module_command("kwdiag", *args), stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL, env=child_env(env), start_new_session=True)
     finally:
         log.close()

@@ -65,7 +65,8 @@ def test_scheduler_and_worker_by_hand(tmp_path):
     (["worker", "tcp://127.0.0.1:9"], {"KWDIAG_SECRET": ""}, "no shared secret"),
     (["worker", "--scheduler-file", "/nonexistent/s.json"], {}, "cannot read scheduler file"),
     (["worker", "tcp://127.0.0.1:9", "--memory-limit", "banana"], {"KWDIAG_SECRET": "00"}, "not a size"),
-    (["scheduler", "--port", "0"], {}, "--scheduler-file is required"),
+    (["scheduler", "--port", "0"], {"KWDIAG_SECRET": ""}, "--scheduler-file is required unless KWDIAG_SECRET"),
+    (["scheduler", "--port", "0", "--new-secret"], {"KWDIAG_SECRET": "ab" * 32}, "--new-secret asks for a new"),
     (["worker", "--no-such-option"], {}, "No such option"),
     (["scheduler", "--scheduler-file", "x", "--set", "allowed_failures"], {}, "KEY=VALUE"),
 ])
@@ -74,3 +75,41 @@ def test_usage_errors_are_one_line_and_exit_2(args, env, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_scheduler_file_problems_are_one_clear_line(tmp_path):
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"type": "kwdiag-scheduler", "address": "tcp://127.0.0.1:9", "secret": "cd" * 32}))
+    cases = [
+        (["scheduler", "--scheduler-file", str(garbage), "--port", "0"], {"KWDIAG_SECRET": ""},
+         "not a kwdiag scheduler file"),
+        (["scheduler", "--scheduler-file", str(tmp_path), "--port", "0"], {"KWDIAG_SECRET": ""},
+         "cannot read scheduler file"),
+        (["scheduler", "--scheduler-file", str(other), "--port", "0"], {"KWDIAG_SECRET": "ab" * 32},
+         "belongs to another cluster"),
+        (["worker", "--scheduler-file", str(other)], {"KWDIAG_SECRET": "ab" * 32}, "belongs to another cluster"),
+        (["worker", "--scheduler-file", str(garbage)], {"KWDIAG_SECRET": ""}, "not a kwdiag scheduler file"),
+    ]
+    for args, env, message in cases:
+        result = run_cli(*args, "--log-dir", str(tmp_path / "logs"), env=env)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert json.loads(other.read_text())["secret"] == "cd" * 32   # another cluster's file is left alone
+
+
+def test_a_port_in_use_is_one_clear_error_and_exit_3(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("scheduler", "--port", str(port), "--scheduler-file", str(tmp_path / "sf.json"),
+                         "--log-dir", str(tmp_path / "logs"), env={"KWDIAG_SECRET": ""})
+    assert result.returncode == 3, result.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "sf.json").exists()   # nothing announced for a scheduler that did not start

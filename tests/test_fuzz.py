@@ -32,7 +32,7 @@ from kwdiag.engine import load_rules
 from kwdiag.pipeline import analyze
 from kwdiag.events import Event, Origin
 from kwdiag.readers import scan as scanmod
-from kwdiag.readers.text import clean
+from kwdiag.escape import clean
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_logs"

@@ -67,7 +67,26 @@ def test_versions_are_reported_compared_and_enforced(tmp_path, log_dir, monkeypa
             stop(bad_worker)
 
 
-def test_workers_and_clients_reconnect_when_the_scheduler_comes_back(log_dir):
+def _kill_scheduler(cluster, log_dir):
+    old = cluster.processes["scheduler"]
+    old.send_signal(signal.SIGKILL)
+    old.wait(10)
+    wait_until(lambda: len(read_events(log_dir, "scheduler-lost", source="worker")) == 2, what="workers notice")
+    wait_for_event(log_dir, "scheduler-lost", source="client")
+
+
+def _restart_scheduler(cluster, log_dir, port, *extra):
+    new = spawn_entry(["scheduler", "--port", str(port), "--scheduler-file", cluster.scheduler_file,
+                       "--log-dir", log_dir, *extra], os.path.join(log_dir, "scheduler-2.log"),
+                      env={"KWDIAG_SECRET": cluster.secret.hex()})
+    cluster.processes["scheduler"] = new      # so the cluster closes the new one
+    reconnects = wait_until(lambda: len(read_events(log_dir, "reconnected", source="worker")) == 2
+                            and read_events(log_dir, "reconnected", source="worker"), what="workers reconnect")
+    assert all(e.fields["after"] > 0 for e in reconnects)
+    return wait_for_event(log_dir, "reconnected", source="client")[0]
+
+
+def test_workers_and_clients_reconnect_and_the_journal_keeps_the_work(log_dir):
     with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
         port = parse_address(cluster.scheduler_address)[1]   # the new scheduler comes back on the same port
         before = client.submit(inc, 1)
@@ -75,26 +94,45 @@ def test_workers_and_clients_reconnect_when_the_scheduler_comes_back(log_dir):
         chained = client.submit(inc, before)
         assert chained.result(timeout=30) == 3
         scattered = client.scatter({"scattered-before": 5})["scattered-before"]
-        old = cluster.processes["scheduler"]
-        old.send_signal(signal.SIGKILL)
-        old.wait(10)
-        wait_until(lambda: len(read_events(log_dir, "scheduler-lost", source="worker")) == 2, what="workers notice")
-        wait_for_event(log_dir, "scheduler-lost", source="client")
-        # Scattered data is not in any lineage: it is gone with the workers' memory, and says so.
-        with pytest.raises(FutureCancelledError, match="scheduler-connection-lost"):
-            scattered.result(timeout=30)
-        assert not before.done()      # waits for the scheduler to come back, to be submitted again
-        new = spawn_entry(["scheduler", "--port", str(port), "--scheduler-file", cluster.scheduler_file,
-                           "--log-dir", log_dir], os.path.join(log_dir, "scheduler-2.log"),
-                          env={"KWDIAG_SECRET": cluster.secret.hex()})
-        cluster.processes["scheduler"] = new      # so the cluster closes the new one
-        reconnects = wait_until(lambda: len(read_events(log_dir, "reconnected", source="worker")) == 2
-                                and read_events(log_dir, "reconnected", source="worker"), what="workers reconnect")
-        assert all(e.fields["after"] > 0 for e in reconnects)
-        reconnected = wait_for_event(log_dir, "reconnected", source="client")[0]
-        assert reconnected.fields["resubmitted"] == 2
-        # What could be resubmitted was: the results come back, recomputed by the new scheduler's workers.
-        assert before.result(timeout=30) == 2 and chained.result(timeout=30) == 3
+        dropped = client.submit(inc, 100)
+        assert dropped.result(timeout=30) == 101
+        _kill_scheduler(cluster, log_dir)
+        # Headless, the workers keep their results and the client its futures: gathering still works.
+        assert before.done() and client.gather([before, chained, scattered], timeout=30) == [2, 3, 5]
+        dropped_key = dropped.key
+        dropped.release()          # released while the scheduler is away: it is told when it is back
+        reconnected = _restart_scheduler(cluster, log_dir, port)
+        assert reconnected.fields["known"] is True      # the new scheduler replayed the journal
+        recovered = wait_for_event(log_dir, "scheduler-recovered")[0]
+        # 3 or 4: the released result is reused if its worker is back before the client says it is released.
+        assert recovered.fields["reused"] >= 3 and recovered.fields["recomputed"] == 0, recovered.fields
+        assert sorted(recovered.fields["workers_back"]) == ["worker-0", "worker-1"]
+        assert recovered.fields["headless_for"] > 0
+        assert client.gather([before, chained, scattered], timeout=30) == [2, 3, 5]
         wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="workers registered again")
+        info = client.scheduler_info()
+        assert info["counters"]["finished"] == 3 and info["first_finished_after"] is None  # nothing ran again
+        wait_until(lambda: dropped_key not in client.who_has(), what="the released key forgotten")
         assert client.submit(inc, 41).result(timeout=30) == 42
         assert sum(client.gather(client.map(inc, range(20)))) == sum(range(1, 21))
+        assert client.submit(inc, scattered).result(timeout=30) == 6   # the scattered data survived too
+
+
+def test_without_a_journal_the_client_submits_its_work_again(log_dir):
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir, config={"journal": False}) as cluster, \
+            Client(cluster) as client:
+        port = parse_address(cluster.scheduler_address)[1]
+        before = client.submit(inc, 1)
+        chained = client.submit(inc, before)
+        assert chained.result(timeout=30) == 3
+        scattered = client.scatter({"scattered-before": 5})["scattered-before"]
+        _kill_scheduler(cluster, log_dir)
+        reconnected = _restart_scheduler(cluster, log_dir, port, "--set", "journal=false")
+        assert reconnected.fields["known"] is False and reconnected.fields["resubmitted"] == 2
+        # Scattered data is in no lineage: a scheduler that does not know it cannot bring it back, and says so.
+        with pytest.raises(FutureCancelledError, match="scheduler-connection-lost"):
+            scattered.result(timeout=30)
+        # What could be resubmitted was: the results come back, recomputed by the new scheduler's workers.
+        assert before.result(timeout=30) == 2 and chained.result(timeout=30) == 3
+        assert not read_events(log_dir, "scheduler-recovered")
+        assert client.submit(inc, 41).result(timeout=30) == 42

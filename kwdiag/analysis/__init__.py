@@ -22,13 +22,14 @@ from kwdiag.analysis.model import (
     InputProblem,
     KilledWorkerBlame,
     MemoryTrace,
+    Note,
     Report,
     TaskError,
 )
 
 __all__ = [
     "analyze_events", "Report", "Death", "Evidence", "Hint", "KilledWorkerBlame",
-    "TaskError", "InputProblem", "MemoryTrace", "IncarnationSpan", "CAUSES", "SCHEMA", "SCHEMA_VERSION",
+    "TaskError", "Note", "InputProblem", "MemoryTrace", "IncarnationSpan", "CAUSES", "SCHEMA", "SCHEMA_VERSION",
 ]
 
 
@@ -37,6 +38,7 @@ def analyze_events(events, rules=None, *, file_runtime: dict | None = None, prob
     """Pure analysis of already-read ``Event``s (with origins)."""
     from kwdiag.analysis.blame import blame
     from kwdiag.analysis.classify import classify
+    from kwdiag.analysis.notes import cluster_notes
     from kwdiag.analysis.task_errors import task_errors
     from kwdiag.timeline import build_timeline
 
@@ -57,7 +59,7 @@ def analyze_events(events, rules=None, *, file_runtime: dict | None = None, prob
                   problems=tuple(problems), runtimes=tuple(rts), files=tuple(files),
                   workers=tuple(sorted(tl.workers)), events=len(events), lines=lines, bytes=nbytes,
                   incarnations=tuple(tl.spans()), first_ts=min(times, default=None),
-                  last_ts=max(times, default=None))
+                  last_ts=max(times, default=None), notes=tuple(cluster_notes(events, rules)))
 
 
 def _infer_runtimes(events) -> dict:

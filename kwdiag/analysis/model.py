@@ -1,5 +1,5 @@
 """The public result types of an analysis: ``Death``, ``Evidence``, ``Hint``, ``KilledWorkerBlame``,
-``TaskError`` and ``Report`` (``InputProblem`` is the readers').
+``TaskError``, ``Note`` and ``Report`` (``InputProblem`` is the readers').
 
 Covers: plain, frozen dataclasses with a stable ``to_dict()`` (the JSON output is built from these,
 schema ``SCHEMA``), ``MemoryTrace`` (what the logs show of one incarnation's memory) and
@@ -195,6 +195,29 @@ class TaskError:
                 "evidence": [e.to_dict() for e in self.evidence]}
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A cluster fact that is not a worker death: the scheduler died and another recovered its work, a
+    journal was torn or set aside, events are missing from a file (``kwdiag.analysis.notes``)."""
+
+    kind: str
+    at: float | None
+    source: str
+    worker: str | None
+    title: str
+    severity: str
+    text: str
+    rule: str | None = None
+    advice: str = ""
+    evidence: tuple[Evidence, ...] = ()
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "at": iso(self.at), "ts": self.at, "source": self.source, "worker": self.worker,
+                "title": self.title, "severity": self.severity, "text": self.text, "rule": self.rule,
+                "advice": self.advice, "fields": dict(self.fields), "evidence": [e.to_dict() for e in self.evidence]}
+
+
 @dataclass(frozen=True)
 class Report:
     """Everything ``kwdiag explain`` found. Deaths are in time order."""
@@ -213,6 +236,7 @@ class Report:
     incarnations: tuple[IncarnationSpan, ...] = ()  # every incarnation seen, dead or alive, by worker
     first_ts: float | None = None  # the earliest and latest timestamps in the input
     last_ts: float | None = None
+    notes: tuple[Note, ...] = ()  # cluster facts that are not worker deaths (scheduler recoveries, lost events)
 
     @property
     def failures(self) -> tuple[Death, ...]:
@@ -239,6 +263,11 @@ class Report:
             base += f"; {len(self.killed_workers)} KilledWorker task(s)"
         if self.task_errors:
             base += f"; {len(self.task_errors)} task error(s) (not deaths)"
+        recoveries = sum(1 for n in self.notes if n.kind == "scheduler-recovered")
+        if recoveries:
+            base += f"; the scheduler died and was recovered {recoveries} time(s)"
+        if any(n.kind == "events-lost" for n in self.notes):
+            base += "; some events are missing from the logs (see the notes)"
         return base
 
     def to_dict(self) -> dict[str, Any]:
@@ -256,4 +285,5 @@ class Report:
             "task_errors": [t.to_dict() for t in self.task_errors],
             "problems": [p.to_dict() for p in self.problems],
             "incarnations": [i.to_dict() for i in self.incarnations],
+            "notes": [n.to_dict() for n in self.notes],
         }

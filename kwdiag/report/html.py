@@ -7,7 +7,7 @@ from its start to its end, each death marked and coloured by cause, KilledWorker
 vertical line with the deaths counted against them ringed, a legend), **memory charts** (per worker,
 one panel per death whose memory the logs show: the nanny's RSS samples as a line, single readings
 from log lines as dots, the memory limit and the terminate line at limit × terminate fraction, the
-death), then each death's evidence and fix, KilledWorker blame, task errors and input problems.
+death), then each death's evidence and fix, KilledWorker blame, task errors, cluster notes and input problems.
 Every piece of log text goes through ``report.text.safe`` (control sequences stripped) and then
 ``html.escape`` (quotes too), in element text and attribute values alike.
 
@@ -447,6 +447,13 @@ def render_html(report: Report, title: str = "kwdiag explain") -> str:
             ev = t.evidence[0] if t.evidence else None
             where = f' <span class="meta">({esc(ev.file, 200)}:{ev.line})</span>' if ev else ""
             parts.append(f"<li><code>{esc(t.task or '?', 120)}</code>: {esc(t.exception or '?', 120)}{where}</li>")
+        parts.append("</ul>")
+    if report.notes:
+        parts.append(f"<h2>Cluster notes (not worker deaths): {len(report.notes)}</h2><ul>")
+        for n in report.notes[:50]:
+            ev = n.evidence[0] if n.evidence else None
+            where = f' <span class="meta">({esc(ev.file, 200)}:{ev.line})</span>' if ev else ""
+            parts.append(f"<li><b>{esc(n.title, 200)}</b>: {esc(n.text, 600)}{where}</li>")
         parts.append("</ul>")
     if report.problems:
         parts.append("<h2>Input problems</h2><ul>")

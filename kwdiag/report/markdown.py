@@ -59,6 +59,13 @@ def render_markdown(report: Report) -> str:
         for t in report.task_errors:
             out.append(f"- `{_code(t.task or '?')}`: {_md(t.exception or '?')}")
         out.append("")
+    if report.notes:
+        out.append("## Cluster notes (not worker deaths)")
+        for n in report.notes:
+            ev = n.evidence[0] if n.evidence else None
+            where = f" (`{_code(ev.file)}:{ev.line}`)" if ev else ""
+            out.append(f"- {when(n.at)} **{_md(n.title)}**: {_md(n.text)}{where}")
+        out.append("")
     for p in report.problems:
         out.append(f"- input {p.level}: `{_code(p.path)}`: {_md(p.message)}")
     out.append(f"**Verdict:** {_md(report.verdict())}")

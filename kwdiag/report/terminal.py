@@ -58,6 +58,16 @@ def render_plain(report: Report, *, files: bool = True) -> str:
             where = f" ({safe(ev.file, 200)}:{ev.line})" if ev else ""
             add(f"  {safe(t.task or '?', 120)}: {safe(t.exception or '?', 120)}{where}")
         add("")
+    if report.notes:
+        add(f"Cluster notes (not worker deaths): {len(report.notes)}")
+        for n in report.notes:
+            add(f"  {when(n.at)} {safe(n.title, 200)}")
+            add(f"    {safe(n.text, 600)}")
+            for e in n.evidence:
+                add(f"    {safe(e.file, 200)}:{e.line}")
+            if n.advice:
+                add(f"    fix (kwdiag): {safe(n.advice, 600)}")
+        add("")
     for p in report.problems:
         add(f"input {p.level}: {safe(p.path, 200)}: {safe(p.message, 400)}")
     add(f"Verdict: {report.verdict()}")
@@ -125,11 +135,11 @@ def render_rich(report: Report, console) -> None:
         console.print(Text("No worker deaths found."))
     buf = []
     tail = render_plain(Report(killed_workers=report.killed_workers, task_errors=report.task_errors,
-                               problems=report.problems))
+                               problems=report.problems, notes=report.notes))
     for line in tail.splitlines()[2:-1]:
         buf.append(line)
     for line in buf:
-        style = "bold magenta" if line.startswith("KilledWorker") else None
+        style = "bold magenta" if line.startswith(("KilledWorker", "Cluster notes")) else None
         console.print(Text(line, style=style), soft_wrap=True)
     fails = bool(report.failures or report.killed_workers)
     console.print(Text(f"Verdict: {report.verdict()}", style="bold red" if fails else "bold green"))

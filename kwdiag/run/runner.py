@@ -131,7 +131,8 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
     rules = load_rules(rules_dirs)
     job_name = os.path.splitext(os.path.basename(script))[0]
     run_dir = rundir.create(options.runs_dir, job_name, options.log_dir)
-    started = time.time()
+    started = time.time()           # a timestamp for the manifest; durations use the monotonic clock
+    started_mono = time.monotonic()
     manifest: dict[str, Any] = {
         "command": ["kwdiag", "run", *job_argv], "job": os.path.abspath(script), "args": job_argv[1:],
         "cwd": os.getcwd(), "started": started, "status": "starting",
@@ -195,7 +196,8 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
                 for w in info.get("workers", {}).values():
                     restarts[str(w.get("name"))] = max(restarts.get(str(w.get("name")), 0),
                                                        int(w.get("incarnation") or 1) - 1)
-                state = ClusterState.from_info(info, time.time() - started, len(announcer.announced), restarts)
+                state = ClusterState.from_info(info, time.monotonic() - started_mono, len(announcer.announced),
+                                               restarts)
                 view.update(state)
                 if deadline is not None and time.monotonic() > deadline:
                     timed_out = True
@@ -212,7 +214,7 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
             t.join(5)
         try:
             info = client.scheduler_info()
-            state = ClusterState.from_info(info, time.time() - started, len(announcer.announced), restarts)
+            state = ClusterState.from_info(info, time.monotonic() - started_mono, len(announcer.announced), restarts)
         except Exception:
             pass
     except KeyboardInterrupt:
@@ -243,6 +245,7 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
     sys.stderr.write("\n")
     render_terminal(report, sys.stderr)
     ended = time.time()
+    duration = time.monotonic() - started_mono
     by_cause = Counter(f"{d.cause}/{d.detail}" for d in report.deaths)
     failing = [d for d in report.deaths if any(sel.matches(d) for sel in fail_on)]
     if interrupted:
@@ -259,7 +262,7 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
         code = FINDINGS
     tasks = {"submitted": state.submitted, "finished": state.finished, "erred": state.erred} if state else {}
     manifest.update(status="interrupted" if interrupted else "timed-out" if timed_out else "finished",
-                    ended=ended, duration=round(ended - started, 3), job_exit_code=job_code, exit_code=code,
+                    ended=ended, duration=round(duration, 3), job_exit_code=job_code, exit_code=code,
                     verdict=report.verdict(), deaths_by_cause=dict(by_cause), tasks=tasks,
                     fail_on_matched=[f"{d.worker}#{d.incarnation} {d.cause}/{d.detail}" for d in failing])
     rundir.write_manifest(run_dir, manifest)
@@ -267,7 +270,7 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
                + (" (timed out)" if timed_out else " (interrupted)" if interrupted else ""),
                f"tasks {tasks.get('finished', 0)} run, {tasks.get('erred', 0)} failed" if tasks else "tasks unknown",
                "deaths " + (", ".join(f"{n}× {c}" for c, n in by_cause.most_common()) or "none"),
-               f"{ended - started:.1f}s"]
+               f"{duration:.1f}s"]
     sys.stderr.write(f"Run: {'; '.join(summary)}\nRun directory: {run_dir}\n")
     if failing:
         sys.stderr.write(f"--fail-on matched {len(failing)} death(s): exit code {code}\n")
