@@ -22,6 +22,8 @@ things hide part of it, each read off the real logs of the corpus, not assumed:
 * **A version that does not say it**: before distributed 2023.3.2 a task's ``sys.exit()`` is not logged
   (``async instruction handlers should never raise!``, later ``Unhandled exception in async instruction``,
   appear then: ``sample_logs/wording/catalog.json``); the nanny's exit status still shows it ended itself.
+  Before 2022.5.1 a SIGINT to ``dask worker`` is not logged. Before 2026.7.0 a restart the client asked for
+  prints no WARNING line.
 
 Details are compared where the logs can state them; ``None`` means only the class is compared.
 """
@@ -34,6 +36,12 @@ WARNING_VISIBLE = {"nanny_memory_restart", "version_mismatch"}
 
 
 SYS_EXIT_LOGGED_FROM = (2023, 3, 2)
+# `dask worker` logs a SIGINT from 2022.5.1 ("Received signal SIGINT (2)"); before, only SIGTERM
+# ("Exiting on signal 15"), and a worker without a nanny then prints just "End worker".
+SIGINT_LOGGED_FROM = (2022, 5, 1)
+# The nanny's WARNING "Restarting worker" after a restart it was asked for (client.restart()), seen from
+# 2026.7.0 (its restart path changed then, with "Unregistering worker (status=...)"); 2.30.1 prints nothing.
+ASKED_RESTART_LOGGED_FROM = (2026, 7, 0)
 
 
 def _version(labels: dict) -> tuple[int, ...]:
@@ -49,6 +57,10 @@ def _visible(cause: str, detail: str | None, factors: dict, version: tuple[int, 
         cause, detail = "unrecoverable_exception", None
         if nanny != "nanny":
             return ("unknown", None) if launch != "local_warning" else None
+    if key == ("chose_to_exit", "sigint") and version < SIGINT_LOGGED_FROM:
+        return ("chose_to_exit", None) if nanny == "nanny" else ("unknown", None)
+    if detail == "restart" and launch == "local_warning" and version < ASKED_RESTART_LOGGED_FROM:
+        return None
     if launch == "local_warning":
         if cause == "chose_to_exit":
             # orderly ends print nothing at WARNING level, except the nanny's WARNING "Restarting worker"

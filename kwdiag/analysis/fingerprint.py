@@ -50,4 +50,4 @@ def fingerprint(death) -> str:
 
 def signature_id(worker: str, cause: str, detail: str) -> str:
     key = "\x1f".join(("kwdiag-check", VERSION, worker_role(worker), cause, detail))
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]  # any name, even a lone surrogate

@@ -147,6 +147,8 @@ def _join_by_address(j: _Joiner) -> None:
     for members in groups.values():
         if len(members) < 2:
             continue
+        _fold_reregistrations(j, members)
+        members = [i for i in members if j.find(i) == i]
         pairs = []
         untimed = [i for i in members if _span(j.procs[i]) is None]
         timed = sorted((i for i in members if _span(j.procs[i]) is not None), key=lambda i: _span(j.procs[i])[0])
@@ -185,6 +187,30 @@ def _join_by_address(j: _Joiner) -> None:
                 j.join(first, i)
 
 
+def _fold_reregistrations(j: _Joiner, members: list[int]) -> None:
+    """One worker process whose own file shows a single start for this address, but which the scheduler
+    registered several times (it removed it and the worker connected again: a reconnect, a restart asked of
+    a worker without a nanny): the scheduler's registrations are one process, and only the last removal
+    can be its end. The earlier removals stay as lines of its life, not as ends."""
+    local: dict[str, list[int]] = defaultdict(list)
+    sched: list[int] = []
+    for i in members:
+        (local[j.procs[i].stream].append(i) if j.procs[i].stream is not None else sched.append(i))
+    if len(sched) < 2 or len(local) != 1:
+        return
+    (only,) = local.values()
+    if len(only) != 1 or not any(e.kind == "worker-start" for e in j.procs[only[0]].events):
+        return
+    sched.sort(key=lambda i: j.procs[i].order)
+    keep = j.procs[sched[-1]]
+    for i in sched[:-1]:
+        p = j.procs[i]
+        for e in p.slots.pop("removed", []):
+            keep.events.append(e)  # a removal the worker outlived: context, not its end
+        p.slots.pop("heartbeat", None)
+        j.join(sched[-1], i)
+
+
 def _join_unnamed_exits(j: _Joiner) -> None:
     """An end that named no process (a nanny's exit line in a shared file) and a process whose end the
     scheduler or its own lines name, in the same file and at about the same time (or, without times, a
@@ -209,7 +235,7 @@ def _join_unnamed_exits(j: _Joiner) -> None:
         for e in anchors:
             ts = known_ts(e)
             for line, pts, p in by_file.get(e.origin.file, ()):
-                if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u):
+                if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u) or _started_after(p, e):
                     continue
                 if ts is not None and pts is not None:
                     gap = abs(ts - pts)
@@ -226,10 +252,16 @@ def _join_unnamed_exits(j: _Joiner) -> None:
             j.join(index[id(best)], index[id(u)])
 
 
+def _started_after(p: Incarnation, e: Event) -> bool:
+    """``p``'s start line comes after ``e`` in ``e``'s file: ``p`` is a later process than the one ``e`` ended."""
+    return any(s.kind in ("worker-start", "worker-spawn") and s.origin is not None and e.origin is not None
+               and s.origin.file == e.origin.file and s.origin.line > e.origin.line for s in p.events)
+
+
 def _join_by_successor(j: _Joiner) -> None:
-    """An end that named no process, in a file several workers share, and a worker of that file whose
-    name (or fixed address) a later start line takes up again: a name is alive once at a time, so the
-    earlier holder is the process that died."""
+    """An end that named no process, in a file several workers share, and the worker of that file whose
+    name (or fixed address) the next start line takes up again: a name is alive once at a time, so the
+    latest earlier holder of that name with no exit line of its own is the process that died."""
     roots = j.roots()
     index = {id(p): i for i, p in enumerate(j.procs)}
     by_stream: dict[str, list[Incarnation]] = defaultdict(list)
@@ -238,12 +270,15 @@ def _join_by_successor(j: _Joiner) -> None:
             by_stream[p.stream].append(p)
     for procs in by_stream.values():
         procs.sort(key=lambda p: p.order)
-        for u in [p for p in procs if p.ended and p.address is None and p.name is None]:
-            later = [p for p in procs if p.order > u.order and (p.name or p.address)]
-            for succ in later:
-                holder = next((p for p in procs if p is not succ and p.order < u.order and not p.ended
-                               and ((succ.name and p.name == succ.name) or (succ.address and p.address == succ.address))),
-                              None)
-                if holder is not None and compatible(holder, u):
-                    j.join(index[id(holder)], index[id(u)])
+        for k, u in enumerate(procs):
+            if not (u.ended and u.address is None and u.name is None and j.find(index[id(u)]) == index[id(u)]):
+                continue
+            succ = next((p for p in procs[k + 1:] if p.name or p.address), None)
+            if succ is None:
+                continue
+            for p in reversed(procs[:k]):
+                same = (succ.name and p.name == succ.name) or (succ.address and p.address == succ.address)
+                if same and "exit" not in p.slots and j.find(index[id(p)]) == index[id(p)]:
+                    if compatible(p, u):
+                        j.join(index[id(p)], index[id(u)])
                     break
