@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuned", action="store_true", help="only cases that are not held out")
     ap.add_argument("--cases", action="store_true", help="one line per case")
     ap.add_argument("--confusion", action="store_true", help="print the confusion matrix per group")
+    ap.add_argument("--markdown", action="store_true", help="print the figures as Markdown tables (for the docs)")
     args = ap.parse_args(argv)
     from kwdiag.engine import load_rules
 
@@ -204,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             mark = "ok " if s.right == s.expected == s.reported + s.reported_unknown else "BAD"
             print(f"{mark} {c.id:45s} expected {sorted(Counter(x for x, _ in c.expected).items())} "
                   f"got {sorted(Counter(x for x, _ in got).items())}")
+    if args.markdown:
+        print(markdown(cases, totals, grep_totals))
+        return 0
     print(f"{'group':18s} {'cases':>5s}  kwdiag / grep baseline")
     for group in sorted(totals):
         n = sum(1 for c in cases if c.group == group)
@@ -218,6 +222,21 @@ def main(argv: list[str] | None = None) -> int:
         all_g.add(s)
     print(f"{'all':18s} {len(cases):5d}  kwdiag {_fmt(all_s)}\n{'':24s} grep   {_fmt(all_g)}")
     return 0
+
+
+def markdown(cases: list[Case], totals: dict, grep_totals: dict) -> str:
+    """The per-group figures and confusion matrices as Markdown, kwdiag and the grep baseline side by side."""
+    out = ["| group | cases | deaths | kwdiag right | kwdiag precision | unknown | grep right | grep precision |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for group in sorted(totals):
+        s, g = totals[group], grep_totals[group]
+        n = sum(1 for c in cases if c.group == group)
+        out.append(f"| {group} | {n} | {s.expected} | {s.right} ({s.recall:.1%}) | {s.precision:.1%} | "
+                   f"{s.reported_unknown} | {g.right} ({g.recall:.1%}) | {g.precision:.1%} |")
+    for group in sorted(totals):
+        out += ["", f"**{group}**: expected class (rows) against the class kwdiag reported (columns)", "", "```",
+                confusion_table(totals[group]), "```"]
+    return "\n".join(out)
 
 
 CAUSE_ORDER = ["chose_to_exit", "unrecoverable_exception", "nanny_memory_restart", "sudden_exit",
