@@ -22,7 +22,7 @@ things hide part of it, each read off the real logs of the corpus, not assumed:
 * **A version that does not say it**: before distributed 2023.3.2 a task's ``sys.exit()`` is not logged
   (``async instruction handlers should never raise!``, later ``Unhandled exception in async instruction``,
   appear then: ``sample_logs/wording/catalog.json``); the nanny's exit status still shows it ended itself.
-  Before 2022.5.1 a SIGINT to ``dask worker`` is not logged. Before 2026.7.0 a restart the client asked for
+  From 2022.4.2 to 2023.3.1 it shows as Dask's fail-hard exit instead. Before 2022.5.1 a SIGINT to ``dask worker`` is not logged. Before 2026.7.0 a restart the client asked for
   prints no WARNING line.
 
 Details are compared where the logs can state them; ``None`` means only the class is compared.
@@ -36,6 +36,9 @@ WARNING_VISIBLE = {"nanny_memory_restart", "version_mismatch"}
 
 
 SYS_EXIT_LOGGED_FROM = (2023, 3, 2)
+# From 2022.4.2 to 2023.3.1 a task's sys.exit() broke the worker's state machine: Dask's CRITICAL
+# "Error trying close worker in response to broken internal state. Forcibly exiting worker NOW" (fail-hard).
+SYS_EXIT_FAIL_HARD_FROM = (2022, 4, 2)
 # `dask worker` logs a SIGINT from 2022.5.1 ("Received signal SIGINT (2)"); before, only SIGTERM
 # ("Exiting on signal 15"), and a worker without a nanny then prints just "End worker".
 SIGINT_LOGGED_FROM = (2022, 5, 1)
@@ -52,6 +55,8 @@ def _visible(cause: str, detail: str | None, factors: dict, version: tuple[int, 
              restarted: bool = False) -> tuple[str, str | None] | None:
     launch, nanny = factors.get("launch"), factors.get("nanny")
     key = (cause, detail)
+    if key == ("unrecoverable_exception", "system_exit") and SYS_EXIT_FAIL_HARD_FROM <= version < SYS_EXIT_LOGGED_FROM:
+        return ("unrecoverable_exception", "fail_hard")  # CRITICAL: visible at every level
     if key == ("unrecoverable_exception", "system_exit") and version < SYS_EXIT_LOGGED_FROM:
         key = ("unrecoverable_exception", "os_exit")  # a status and no traceback: all the lines can show
         cause, detail = "unrecoverable_exception", None

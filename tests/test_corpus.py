@@ -77,11 +77,15 @@ def _lines(path: Path) -> list[str]:
 
 def _fragments(case: Path, t0: float, t1: float, into: Path) -> list[str]:
     """For each file of ``case``, the lines stamped within [t0, t1] (and the untimed lines that follow
-    them: tracebacks) without their timestamps, written to ``into``; the paths written."""
+    them: tracebacks) without their timestamps, written to ``into``; the paths written. A file with no
+    timestamped line at all (a traceback the command died of) is all the death's own and is kept whole."""
     paths = []
     for f in sorted(p for p in case.iterdir() if p.name != "labels.json" and p.is_file()):
         out, keep = [], False
-        for line in _lines(f):
+        lines = _lines(f)
+        if lines and not any(DASK_STAMP.match(line) for line in lines):
+            out, lines = lines, []  # no time at all (a traceback the command died of): all of it is its own
+        for line in lines:
             m = DASK_STAMP.match(line)
             if m:
                 ts = time.mktime(time.strptime(m.group(1).replace("T", " "), "%Y-%m-%d %H:%M:%S"))

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from kwdiag.analysis.facts import derive_facts, exit_signal
+from kwdiag.analysis.facts import chose_first, derive_facts, exit_signal, nanny_killed_it
 from kwdiag.analysis.memory import memory_trace
 from kwdiag.analysis.model import Death, Evidence
 from kwdiag.analysis.remedies import hints_for, observations
@@ -143,8 +143,9 @@ def collect_votes(events: Iterable[Event], rules: RuleSet) -> tuple[list[Vote], 
 
 def _relevant_votes(inc: Incarnation, votes: list[Vote]) -> list[Vote]:
     """A process its nanny saw killed by a signal did not die of a Python exception: not of a traceback
-    printed before it (a task error's), nor of what failed after it (a nanny that then fails to start)."""
-    if exit_signal(inc) is None:
+    printed before it (a task error's), nor of what failed after it (a nanny that then fails to start).
+    Nor did one that was already closing by choice when its exception or exit status came."""
+    if (exit_signal(inc) is None or nanny_killed_it(inc)) and not chose_first(inc):
         return votes
     return [v for v in votes if v.cause != EXCEPTION_CAUSE]
 

@@ -61,6 +61,16 @@ def exit_signal(inc: Incarnation) -> int | None:
     return None
 
 
+def nanny_killed_it(inc: Incarnation) -> bool:
+    """The signal that ended the process was its nanny's doing: it had asked the worker to close (or
+    terminated it for memory) just before; the signal carries out that decision, it is not its cause."""
+    exits = [e.origin.line for e in inc.slots.get("exit", []) if e.origin is not None]
+    if not exits:
+        return False
+    return any(e.origin is not None and e.origin.line < min(exits)
+               for s in ("nanny-closing", "memory", "memory-kill", "escalate") for e in inc.slots.get(s, []))
+
+
 def exit_status(inc: Incarnation) -> int | None:
     """The non-zero status a process ended itself with, from its nanny's exit line."""
     for e in inc.slots.get("exit", []):
@@ -167,16 +177,21 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
     return None
 
 
-NOT_A_CHOICE = {"worker-handle-scheduler-connection-broken", "scheduler-lost"}
+# Close reasons that say a close happened but not that anyone chose it (a broken stream, the generic
+# reason of a bare Worker.close(), the nanny following its worker out).
+NOT_A_CHOICE = {"worker-handle-scheduler-connection-broken", "scheduler-lost", "worker-close", "nanny-close-gracefully"}
 
 
-def _chose_first(inc: Incarnation) -> bool:
+def chose_first(inc: Incarnation) -> bool:
     """The worker had begun a close of its own choosing (a handled signal, a stated reason) before its
-    fatal traceback: the traceback is its process failing while it closed, not why it ended."""
-    fatal_line = min(e.origin.line for e in inc.slots["fatal"] if e.origin) if any(
-        e.origin for e in inc.slots["fatal"]) else None
+    process failed (a fatal traceback, a non-zero exit status): the failure is its close going wrong (a
+    Dask bug on the way out), not why it ended."""
+    failing = [e.origin.line for e in inc.slots.get("fatal", []) + inc.slots.get("exit", []) if e.origin is not None]
+    if not failing:
+        return False
+    first_failure = min(failing)
     for e in inc.events:
-        if fatal_line is not None and e.origin is not None and e.origin.line > fatal_line:
+        if e.origin is None or e.origin.line >= first_failure:
             continue
         if e.kind == "signal-received" or (e.kind in ("worker-closing", "nanny-closing")
                                            and isinstance(e.get("reason"), str) and e.get("reason") not in NOT_A_CHOICE):
@@ -265,14 +280,15 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
             facts.append(_fact("fact-vanished", removed, own_log=own))
     if not inc.registered and slots & {"startup", "fatal"}:
         basis = (inc.slots.get("startup") or inc.slots.get("fatal") or [first_end])[0]
+        stage = next((e.get("stage") for e in inc.slots.get("fatal", ()) if e.get("stage")), None)
         if basis is not None:
-            facts.append(_fact("fact-never-registered", basis))
-    if inc.registered and "fatal" in slots and exit_signal(inc) is None and not _chose_first(inc):
+            facts.append(_fact("fact-never-registered", basis, stage=stage))
+    if inc.registered and "fatal" in slots and exit_signal(inc) is None and not chose_first(inc):
         facts.append(_fact("fact-died-of-exception", inc.slots["fatal"][0]))
     if not inc.registered and orderly and any(e.kind == "worker-waiting" for e in inc.events):
         facts.append(_fact("fact-gave-up-waiting", first_end))
     status = exit_status(inc)
-    if status is not None and _own_lines(inc) and not _has_exception(evidence):
+    if status is not None and _own_lines(inc) and not _has_exception(evidence) and not chose_first(inc):
         facts.append(_fact("fact-silent-exit", inc.slots["exit"][0], exitcode=status))
     if slots and slots <= {"restart", "unregister"}:
         facts.append(_fact("fact-restarted", inc.slots.get("restart", inc.slots.get("unregister"))[0]))

@@ -38,7 +38,8 @@ BEFORE_EXIT = {"memory", "memory-kill", "escalate", "closing", "crash"}
 ASKED_BEFORE_START = {"nanny-closing", "closing"}
 # Lines a nanny (or any server) writes about itself, not about its worker process.
 NOT_ABOUT_THE_WORKER = {"nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start"}
-FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory"}
+FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory",
+                   "fatal", "startup", "crash"}  # the last three: more lines of one failure (a traceback's frames)
 
 
 def _explicit(e: Event) -> tuple[str | None, int | None, int | None]:
