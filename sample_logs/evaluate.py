@@ -156,7 +156,7 @@ def load_corpus() -> list[Case]:
         labels = json.loads(lj.read_text())
         version = lj.parent.parent.name
         out.append(Case(id=f"{version}/{lj.parent.name}", group=f"dask {version}", paths=[str(lj.parent)],
-                        expected=expected_deaths(labels), killed_workers=list(labels.get("killed_workers", [])),
+                        expected=expected_deaths(labels, lj.parent), killed_workers=list(labels.get("killed_workers", [])),
                         holdout=bool(labels.get("holdout")), meta=labels))
     return out
 

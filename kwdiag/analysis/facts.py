@@ -43,6 +43,10 @@ VIOLENT_SLOTS = {"memory", "crash", "fatal", "startup", "heartbeat"}
 EXCEPTION_KINDS = {"exception", "worker-fatal", "worker-startup-failed"}
 
 
+# The stages of a worker-fatal line that happen before a worker registers.
+STARTUP_STAGES = frozenset({"preload", "worker_init"})
+
+
 def _fact(kind: str, basis: Event, message: str | None = None, **fields) -> Event:
     """A fact resting on ``basis``: it shows as that line, read by the fact's rule."""
     return Event(ts=basis.ts, source="kwdiag", kind=kind, worker=basis.worker, fields=fields,
@@ -179,7 +183,13 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
 
 # Close reasons that say a close happened but not that anyone chose it (a broken stream, the generic
 # reason of a bare Worker.close(), the nanny following its worker out).
-NOT_A_CHOICE = {"worker-handle-scheduler-connection-broken", "scheduler-lost", "worker-close", "nanny-close-gracefully"}
+NOT_A_CHOICE = {"worker-handle-scheduler-connection-broken", "scheduler-lost", "worker-close", "nanny-close-gracefully",
+                "nanny-start-failed", "nanny-instantiate-failed"}
+
+
+def _a_choice(reason: object) -> bool:
+    """A close reason that says the worker chose to go (not that something failed under it)."""
+    return isinstance(reason, str) and reason not in NOT_A_CHOICE and not reason.startswith("failure-to-start")
 
 
 def chose_first(inc: Incarnation) -> bool:
@@ -193,8 +203,7 @@ def chose_first(inc: Incarnation) -> bool:
     for e in inc.events:
         if e.origin is None or e.origin.line >= first_failure:
             continue
-        if e.kind == "signal-received" or (e.kind in ("worker-closing", "nanny-closing")
-                                           and isinstance(e.get("reason"), str) and e.get("reason") not in NOT_A_CHOICE):
+        if e.kind == "signal-received" or (e.kind in ("worker-closing", "nanny-closing") and _a_choice(e.get("reason"))):
             return True
     return False
 
@@ -278,12 +287,15 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
         said_something = bool(slots & ORDERLY_SLOTS)  # its own log tells of an end ("End worker" at least)
         if removal_lost(removed) and not said_something and (own or _vanished_unannounced(removed, tl)):
             facts.append(_fact("fact-vanished", removed, own_log=own))
-    if not inc.registered and slots & {"startup", "fatal"}:
+    stage = next((e.get("stage") for e in inc.slots.get("fatal", ()) if e.get("stage")), None)
+    # A traceback through the preload or the worker's construction is from before registration, even
+    # when the lines that would show the worker unregistered are missing (a pasted traceback alone).
+    unregistered = not inc.registered or stage in STARTUP_STAGES
+    if unregistered and slots & {"startup", "fatal"}:
         basis = (inc.slots.get("startup") or inc.slots.get("fatal") or [first_end])[0]
-        stage = next((e.get("stage") for e in inc.slots.get("fatal", ()) if e.get("stage")), None)
         if basis is not None:
             facts.append(_fact("fact-never-registered", basis, stage=stage))
-    if inc.registered and "fatal" in slots and exit_signal(inc) is None and not chose_first(inc):
+    if not unregistered and "fatal" in slots and exit_signal(inc) is None and not chose_first(inc):
         facts.append(_fact("fact-died-of-exception", inc.slots["fatal"][0]))
     if not inc.registered and orderly and any(e.kind == "worker-waiting" for e in inc.events):
         facts.append(_fact("fact-gave-up-waiting", first_end))

@@ -30,12 +30,17 @@ ORPHAN_SECONDS = 30.0
 # Follow-up lines of one death ("Unregistering worker", "Restarting worker") come within these.
 FOLLOW_LINES = 40
 FOLLOW_SECONDS = 10.0
+# A traceback printed again by the code that started a failed process comes within this of its end.
+REPEAT_SECONDS = 5.0
 # Kinds that follow an exit in a nanny's sequence and belong to the death just seen.
 # End lines a process writes (or its nanny writes) while it is still alive: after the nanny's exit line
 # for a process, such a line is about the next process.
 BEFORE_EXIT = {"memory", "memory-kill", "escalate", "closing", "crash"}
 # End lines that can come before the process's start line: its nanny was asked to close while it started.
 ASKED_BEFORE_START = {"nanny-closing", "closing"}
+# Unnamed lines of a shared file that come before the exit they lead to: the nanny's close, its kill of
+# a worker slow to close, the worker's own close.
+AWAITS_AN_EXIT = {"nanny-closing", "escalate", "closing"}
 # Lines a nanny (or any server) writes about itself, not about its worker process.
 NOT_ABOUT_THE_WORKER = {"nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start"}
 FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory",
@@ -65,6 +70,7 @@ class StreamAttributor:
         self.nannies = 0
         self.orphans: list[Event] = []
         self.context: list[Event] = []  # lines that belong to no process (several share the file)
+        self.awaiting_exit: list[Event] = []  # a nanny's lines before an exit it has not reported yet
         self.by_inc: dict[tuple[str | None, int], Incarnation] = {}
         self.by_inc_any: dict[int, Incarnation] = {}
         self.by_pid: dict[int, Incarnation] = {}
@@ -166,6 +172,8 @@ class StreamAttributor:
             if p is None:
                 if slot is None:
                     self.orphans.append(e)
+                elif slot in AWAITS_AN_EXIT:
+                    self.awaiting_exit.append(e)
                 else:
                     self.context.append(e)
                 return
@@ -181,6 +189,8 @@ class StreamAttributor:
         follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS else None
         if follow is not None:
             return follow
+        if slot == "fatal" and self._repeats_a_fatal(e):
+            return None
         if slot in SELF_STANDING:
             return self._new(e, pid=pid)
         return None
@@ -200,6 +210,20 @@ class StreamAttributor:
             if 0 <= line - lline <= FOLLOW_LINES and (ts is None or lts is None or ts - lts <= FOLLOW_SECONDS):
                 return p
         return None
+
+    def _repeats_a_fatal(self, e: Event) -> bool:
+        """``e`` is a line of a traceback this file already gave to a process that ended moments ago,
+        printed again by whoever started it (a LocalCluster re-raises a nanny's failed start to its caller,
+        asyncio prints the task that held it): the same death told twice, not a second one."""
+        ts = known_ts(e)
+        if ts is None:
+            return False
+        for p in reversed(self.procs[-32:]):
+            same = [x for x in p.slots.get("fatal", ()) if x.get("rule") == e.get("rule")]
+            ends = [known_ts(x) for x in p.end_events if known_ts(x) is not None]
+            if same and ends and 0 <= ts - max(ends) <= REPEAT_SECONDS:
+                return True
+        return False
 
     def _give(self, p: Incarnation, e: Event, address: str | None, pid: int | None, inc: int | None) -> None:
         p.add(e)
@@ -225,6 +249,7 @@ class StreamAttributor:
     # ------------------------------------------------------------------ the end
     def finish(self) -> None:
         """Give each orphan to the death it explains: the first process whose end follows it closely."""
+        self._give_awaiting_exit()
         if not self.orphans:
             return
         anchors = sorted(((_pos(e), p) for p in self.procs for e in p.end_events), key=lambda t: t[0])
@@ -243,6 +268,25 @@ class StreamAttributor:
                 target.add(o)
             else:
                 self.context.append(o)
+
+
+    def _give_awaiting_exit(self) -> None:
+        """Nannies that share a file print their close and "still alive ..., killing" lines without naming
+        the process, then one exit line each: each such line goes to the first exit after it whose process
+        has no line of its kind yet (in order, as the nannies printed them), else it stays context."""
+        exits = sorted(((_pos(e), p) for p in self.procs for e in p.slots.get("exit", ())), key=lambda t: t[0])
+        for e in self.awaiting_exit:
+            line, ts = _pos(e)
+            slot = slot_of(e)
+            for (xline, xts), p in exits:
+                if xline <= line or xline - line > ORPHAN_LINES or slot in p.slots:
+                    continue
+                if ts is not None and xts is not None and not 0 <= xts - ts <= ORPHAN_SECONDS:
+                    continue
+                p.add(e)
+                break
+            else:
+                self.context.append(e)
 
 
 def _fits(p: Incarnation, e: Event) -> bool:
