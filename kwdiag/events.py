@@ -135,6 +135,9 @@ def from_json_line(line: str | bytes, origin: Origin | None = None) -> Event:
     fields = {} if fields is None else fields
     if not isinstance(fields, dict):
         raise EventDecodeError("'fields' must be an object")
+    # NaN and ±Infinity (which Python's JSON reads) are not readings of anything: a field that holds one
+    # is treated as absent, so no later arithmetic (axes, roundings, ratios) meets them.
+    fields = {k: v for k, v in fields.items() if not (isinstance(v, float) and not math.isfinite(v))}
     worker = record.get("worker")
     pid = record.get("pid")
     return Event(

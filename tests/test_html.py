@@ -312,3 +312,20 @@ def test_a_worker_restarted_many_times_draws_its_last_deaths_only():
     assert [int(a["data-incarnation"]) for a in charts] == list(range(13 - MAX_PANELS, 13))
     assert "4 earlier death(s) of this worker not drawn" in page
     assert len([a for t, a in tags.tags if t == "polygon" and a.get("class") == "death-marker"]) == 12
+
+
+def test_absurd_memory_values_give_a_bounded_page(tmp_path):
+    """A log that claims an infinite limit or a 1e308-byte RSS (a corrupt record) still renders, with axes of
+    a few ticks: found by the fuzz test, whose page grew until the machine ran out of memory."""
+    p = tmp_path / "events.jsonl"
+    recs = [{"v": 1, "ts": 1795258595.0 + i, "source": "nanny", "kind": kind, "worker": "w1", "message": "",
+             "fields": fields}
+            for i, (kind, fields) in enumerate([
+                ("worker-start", {"pid": 5, "incarnation": 1, "memory_limit": float("inf")}),
+                ("nanny-memory-terminate", {"pid": 5, "incarnation": 1, "rss": 1e308, "limit": float("inf")}),
+                ("worker-exit", {"pid": 5, "incarnation": 1, "signal": 15})])]
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    report = analyze([str(p)], rules=RULES)
+    assert report.deaths, "the death is still found"
+    page = render_html(report)
+    assert page.count("<line") < 400, page.count("<line")

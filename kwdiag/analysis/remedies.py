@@ -75,7 +75,7 @@ def observations(events: Iterable[Event], allowed_failures: int | None) -> dict[
     if frac:
         obs["terminate_fraction"] = f"{frac:g}"
     base = max(x for x in (limit, peak) if x) if (limit or peak) else None
-    if base:
+    if base and math.isfinite(base * 2):  # an absurd reading (1e308 bytes) suggests nothing
         obs["suggested_memory"] = format_bytes(_nice_up(base * 2), compact=True)
     af = allowed_failures if allowed_failures is not None else 3
     obs["allowed_failures"] = af

@@ -87,6 +87,19 @@ def nice_step(span: float, target: int = 6) -> float:
     return 10 * mag
 
 
+# An axis never gets more ticks than this, whatever values a log holds (an infinite or absurd reading).
+MAX_TICKS = 40
+
+
+def _tick_count(span: float, step: float) -> int:
+    """How many ticks 0, step, 2·step, ... fit in ``span`` (none when it is negative, at most ``MAX_TICKS``)."""
+    if span < 0:
+        return 0
+    if not (math.isfinite(span) and math.isfinite(step)) or step <= 0:
+        return 1
+    return max(1, min(MAX_TICKS, int(span / step + 1e-9) + 1))
+
+
 def fmt_dur(sec: float) -> str:
     """A signed duration for axis labels: ``0s``, ``+1.5s``, ``-40s``, ``+2m30s``, ``+1h05m``."""
     sign = "-" if sec < -1e-9 else ("+" if sec > 1e-9 else "")
@@ -140,13 +153,11 @@ def timeline_svg(report: Report) -> str:
            f'viewBox="0 0 {TL_WIDTH} {height}" role="img" aria-label="worker timeline">']
     # axis: time since the first event
     step = nice_step(t1 - t0)
-    k = 0
-    while k * step <= (t1 - t0) + 1e-9:
+    for k in range(_tick_count(t1 - t0, step)):
         xx = x(t0 + k * step)
         out.append(f'<line x1="{_f(xx)}" y1="{TL_TOP - 6}" x2="{_f(xx)}" y2="{height - 30}" stroke="#e9ecef"/>')
         out.append(f'<text class="small" x="{_f(xx)}" y="{height - 14}" text-anchor="middle">'
                    f'{esc(fmt_dur(k * step))}</text>')
-        k += 1
     out.append(f'<text class="small" x="{TL_LEFT}" y="14">time since {esc(when(t0, utc=True))}</text>')
     for row, w in enumerate(workers):
         y = TL_TOP + row * TL_ROW
@@ -212,11 +223,7 @@ def _legend(report: Report) -> str:
 def _byte_ticks(top: float) -> tuple[float, list[float]]:
     unit = 1024**3 if top >= 2 * 1024**3 else 1024**2 if top >= 2 * 1024**2 else 1024 if top >= 2048 else 1
     step = nice_step(top / unit, 5) * unit
-    ticks, v = [], 0.0
-    while v <= top + 1e-6:
-        ticks.append(v)
-        v += step
-    return step, ticks
+    return step, [k * step for k in range(_tick_count(top, step))]
 
 
 def memory_svg(d: Death, top: float) -> str:
@@ -246,13 +253,12 @@ def memory_svg(d: Death, top: float) -> str:
                    f'<text class="small" x="{MEM_LEFT - 6}" y="{_f(y(v) + 4)}" text-anchor="end">'
                    f'{esc(format_bytes(v) if v else "0")}</text>')
     step = nice_step(hi - lo, 5)
-    k = math.ceil((lo - ref) / step)
-    while ref + k * step <= hi + 1e-9:
+    first = math.ceil((lo - ref) / step)
+    for k in range(first, first + _tick_count(hi - (ref + first * step), step)):
         xx = x(ref + k * step)
         out.append(f'<line x1="{_f(xx)}" y1="{MEM_TOP + ph}" x2="{_f(xx)}" y2="{MEM_TOP + ph + 4}" stroke="#868e96"/>'
                    f'<text class="small" x="{_f(xx)}" y="{MEM_TOP + ph + 16}" text-anchor="middle">'
                    f'{esc(fmt_dur(k * step))}</text>')
-        k += 1
     out.append(f'<text class="small" x="{MEM_LEFT + pw}" y="{MEM_HEIGHT - 3}" text-anchor="end">'
                f'time relative to the {"death" if d.at is not None else "last sample"}</text>')
     out.append(f'<rect x="{MEM_LEFT}" y="{MEM_TOP}" width="{pw}" height="{ph}" fill="none" stroke="#adb5bd"/>')
@@ -326,7 +332,8 @@ def memory_section(report: Report) -> str:
                    'the limit and a few warnings.' + (' The charts show what the lines state.' if by_worker else '')
                    + '</p>')
     for w, ds in by_worker.items():
-        top = max([v for _, d in ds for v in (d.memory.limit, d.memory.peak, d.memory.terminate_at) if v] or [1.0])
+        top = max([v for _, d in ds for v in (d.memory.limit, d.memory.peak, d.memory.terminate_at)
+                   if v and math.isfinite(v)] or [1.0])
         top *= 1.08
         out.append(f'<section class="memory-worker" data-worker="{esc(w, 200)}"><h3>{esc(w)}</h3>')
         if len(ds) > MAX_PANELS:
