@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from kwdiag.engine import load_rules
@@ -90,7 +91,6 @@ def test_junit_escapes_hostile_log_text(hostile):
 @pytest.mark.parametrize("names", [("dask-killedworker",), ("dask-sigkill",), ("kwdiag-memory",),
                                    ("dask-2024-memory-segfault",), ("kwdiag-clean",), ("dask-version-mismatch",)])
 def test_sarif_is_valid_and_points_at_evidence(names):
-    jsonschema = pytest.importorskip("jsonschema")
     o = outcome(*names)
     doc = sarif_dict(o, RULES, root=ROOT)
     jsonschema.validate(doc, SCHEMA)
@@ -110,7 +110,6 @@ def test_sarif_is_valid_and_points_at_evidence(names):
 
 
 def test_sarif_synthetic_rule_baseline_and_input_errors(tmp_path):
-    jsonschema = pytest.importorskip("jsonschema")
     junk = tmp_path / "junk.log"
     junk.write_bytes(b"\x00\x00binary")
     r = analyze([str(SAMPLES / "dask-sigkill"), str(junk)], rules=RULES)
@@ -130,7 +129,6 @@ def test_sarif_synthetic_rule_baseline_and_input_errors(tmp_path):
 
 
 def test_sarif_from_the_cli_validates(tmp_path):
-    jsonschema = pytest.importorskip("jsonschema")
     r = subprocess.run([sys.executable, "-m", "kwdiag", "check", str(SAMPLES / "kwdiag-segfault-killedworker"),
                         "--sarif", str(tmp_path / "k.sarif"), "--junit", str(tmp_path / "k.xml"), "-f", "sarif"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=120)

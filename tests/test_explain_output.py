@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from kwdiag.engine import load_rules
@@ -103,7 +104,6 @@ def test_no_color_is_honoured(tmp_path, monkeypatch):
 
 
 def test_json_output_matches_the_documented_schema():
-    jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((ROOT / "docs" / "explain.schema.json").read_text())
     for name in ("dask-killedworker", "dask-segfault", "dask-task-error"):
         doc = _report(name).to_dict()

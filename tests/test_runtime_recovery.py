@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import jsonschema
 import pytest
 
 from conftest import read_events, spawn_entry, spawn_kwdiag, stop, wait_for_event, wait_until
@@ -194,7 +195,6 @@ def _explain_shows_the_recovery(log_dir):
     notes = {n["rule"]: n for n in doc["notes"]}
     assert notes["kwdiag-scheduler-recovered"]["fields"]["reused"] == 50
     assert notes["kwdiag-journal-torn"]["fields"]["skipped_bytes"] > 0
-    jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads(open(os.path.join(os.path.dirname(__file__), "..", "docs", "explain.schema.json")).read())
     jsonschema.validate(doc, schema)
 

@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from kwdiag.analysis import MemoryTrace
@@ -105,7 +106,6 @@ def test_real_nanny_samples_reach_the_death_and_the_report():
 
 
 def test_json_with_memory_matches_the_schema():
-    jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((ROOT / "docs" / "explain.schema.json").read_text())
     for name in ("kwdiag-memory", "dask-memory", "kwdiag-segfault-killedworker"):
         doc = json.loads(json.dumps(analyze([str(ROOT / "sample_logs" / name)], rules=RULES).to_dict()))
