@@ -37,6 +37,7 @@ from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime import config as config_mod
 from kwdiag.runtime.comm import CommClosedError, Credentials, Security, connect
 from kwdiag.runtime.core import RemoteError, Stream, background
+from kwdiag.runtime.loopthread import LoopThread
 from kwdiag.runtime.exceptions import (FutureCancelledError, KilledWorker, ScatteredDataLost, VersionMismatchError,
                                        VersionMismatchWarning)
 from kwdiag.runtime.record import Recorder
@@ -59,38 +60,6 @@ def _close_all_at_exit() -> None:
 
 
 atexit.register(_close_all_at_exit)
-
-
-class _LoopThread:
-    """One asyncio loop in a daemon thread, shared by the clients of this process."""
-
-    _instance: "_LoopThread | None" = None
-    _lock = threading.Lock()
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="kwdiag-client-loop", daemon=True)
-        self.thread.start()
-
-    @classmethod
-    def get(cls) -> "_LoopThread":
-        with cls._lock:
-            if cls._instance is None or not cls._instance.thread.is_alive():
-                cls._instance = cls()
-            return cls._instance
-
-    def run(self, coro: Any, timeout: float | None = None) -> Any:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            if future.done():
-                raise  # the coroutine's own TimeoutError
-            future.cancel()
-            raise TimeoutError(f"timed out after {timeout} s.") from None
-
-    def call(self, fn: Any, *args: Any) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
 
 
 class _KeyState:
@@ -205,7 +174,7 @@ class Client:
 
     def __init__(self, address: Any = None, *, scheduler_file: str | None = None, secret: bytes | str | None = None,
                  timeout: float = 10.0, name: str | None = None, security: Security | None = None):
-        from kwdiag.runtime.cluster import LocalCluster  # local import: cluster imports client for its own use
+        from kwdiag.runtime.cluster import LocalCluster  # only for Client() with no address: it starts one
 
         self.id = name or f"Client-{uuid.uuid4().hex[:12]}"
         self.cluster: LocalCluster | None = None
@@ -242,7 +211,7 @@ class Client:
         self._lost_at: float | None = None  # wall-clock time the scheduler connection broke
         self.timeout = timeout
         self.config = config_mod.load()
-        self._loop = _LoopThread.get()
+        self._loop = LoopThread.get()
         self._states: dict[str, _KeyState] = {}
         self._lock = threading.Lock()
         self._garbage: collections.deque[str] = collections.deque()  # keys whose futures were collected

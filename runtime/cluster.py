@@ -25,6 +25,8 @@ from typing import Any
 from kwdiag.runtime import config as config_mod
 from kwdiag.runtime.comm import CommClosedError, Credentials, Security, connect
 from kwdiag.runtime.core import Stream, background
+from kwdiag.runtime.identity import read_scheduler_file
+from kwdiag.runtime.loopthread import LoopThread
 from kwdiag.runtime.spawn import child_env, entry_command
 
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
@@ -123,8 +125,6 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the scheduler did not start within {self.timeout:g}s")
             time.sleep(0.01)
-        from kwdiag.runtime.entry import read_scheduler_file
-
         self.scheduler_address, _ = read_scheduler_file(self.scheduler_file)
 
     def _tls_args(self) -> list[str]:
@@ -145,8 +145,6 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- talking to the scheduler
     def _scheduler_request(self, op: str, timeout: float = 10.0, **fields: Any) -> Any:
-        from kwdiag.runtime.client import _LoopThread
-
         async def request() -> Any:
             comm = await connect(self.scheduler_address, self.credentials, timeout=timeout)
             stream = Stream(comm, {})
@@ -156,7 +154,7 @@ class LocalCluster:
             finally:
                 stream.close()
                 reader.cancel()
-        return _LoopThread.get().run(request(), timeout + 5)
+        return LoopThread.get().run(request(), timeout + 5)
 
     def scheduler_info(self) -> dict:
         return self._scheduler_request("scheduler-info")

@@ -116,3 +116,14 @@ def test_the_layer_check_would_catch_a_back_edge(tmp_path):
     targets = [t for t in all_imports(bad, "kwdiag.engine_bad") if t.startswith("kwdiag")]
     assert "kwdiag.report.terminal" in targets
     assert layer_of("kwdiag.report.terminal") > layer_of("kwdiag.engine")
+
+
+def test_runtime_client_and_cluster_share_helpers_instead_of_importing_each_other():
+    """The cluster (what starts processes) never imports the client (what a job uses): they share helpers
+    (``core``, ``comm``, ``loopthread``, ``identity``, ``spawn``). The client imports the cluster one way,
+    for ``Client()`` with no address, which starts one as Dask's does. Neither imports a process's entry."""
+    for name, others in (("client", ("kwdiag.runtime.entry",)),
+                         ("cluster", ("kwdiag.runtime.client", "kwdiag.runtime.entry"))):
+        path = ROOT / "runtime" / f"{name}.py"
+        bad = [m for m in all_imports(path) if m in others]
+        assert not bad, f"runtime/{name}.py imports {bad}"
