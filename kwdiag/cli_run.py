@@ -31,9 +31,12 @@ def register(app: typer.Typer) -> None:
         scheduler_file: Optional[str] = typer.Option(None, "--scheduler-file", help="Run on an existing cluster."),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run on an existing cluster at this "
                                                 "address (secret from KWDIAG_SECRET)."),
+        dask: bool = typer.Option(False, "--dask", help="Run on a real Dask cluster recorded by kwdiag's plugins "
+                                  "(needs kwdiag[dask]); with --scheduler/--scheduler-file, an existing one."),
         rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="Also your own rules."),
     ) -> None:
-        """Run JOB.py on an embedded cluster, watch it live, and end with the diagnosis of every worker death.
+        """Run JOB.py on an embedded cluster (or a Dask one, --dask), watch it live, and end with the diagnosis
+        of every worker death.
 
         Exit code: the job's own; 124 after --timeout; 130 when interrupted; 1 when --fail-on matched
         and the job itself succeeded.
@@ -44,7 +47,7 @@ def register(app: typer.Typer) -> None:
         options = resolve({"workers": workers, "threads": threads, "memory_limit": memory_limit,
                            "nanny": False if no_nanny else None, "allowed_failures": allowed_failures,
                            "worker_ttl": worker_ttl, "log_dir": log_dir, "timeout": timeout, "fail_on": fail_on,
-                           "scheduler_file": scheduler_file, "scheduler": scheduler})
+                           "scheduler_file": scheduler_file, "scheduler": scheduler, "dask": True if dask else None})
         raise typer.Exit(run_job(list(job), options, rules_dirs=tuple(rules_dirs or ())))
 
     @app.command("runs")

@@ -50,13 +50,7 @@ def test_the_corpus_covers_versions_and_shapes():
 # Cases where kwdiag's verdict differs from what was done and the logs do hold a clue it does not read yet.
 # Each is measured as wrong by evaluate.py as well; a fix turns the xfail into a failure (strict), so the
 # entry must then go.
-KNOWN_WRONG = {
-    # A 2024.12.1 nanny against a 2022.12.1 scheduler: the scheduler logs "Scheduler.add_nanny() got an
-    # unexpected keyword argument 'address'", the nanny "KeyError: 'nanny-plugins'" and closes with
-    # nanny-start-failed. kwdiag says unrecoverable_exception/startup_failure: the scheduler's line names
-    # no worker, and joining it to the unnamed nanny by time alone is not done.
-    "2022.12.1/039-versions-cli-nn-fixed-start",
-}
+KNOWN_WRONG: set[str] = set()
 
 
 def _case_id(c: Path) -> str:

@@ -49,3 +49,18 @@ def test_parent_path_makes_the_current_directory_absolute(tmp_path, monkeypatch)
 
 def test_module_command_never_puts_the_current_directory_first():
     assert module_command("kwdiag", "demo")[:4] == [sys.executable, "-P", "-m", "kwdiag"]
+
+
+def test_every_package_is_listed_for_a_non_editable_install():
+    """pyproject.toml lists packages by hand (package-dir and discovery do not mix): a package folder left
+    out installs as nothing and `pip install .` breaks with "No module named ..." while `-e` still works."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"kwdiag." + ".".join(p.parent.relative_to(root / "kwdiag").parts) if p.parent != root / "kwdiag"
+             else "kwdiag" for p in (root / "kwdiag").rglob("__init__.py")}
+    found |= {"kwdiag.runtime." + ".".join(p.parent.relative_to(root / "runtime").parts)
+              if p.parent != root / "runtime" else "kwdiag.runtime" for p in (root / "runtime").rglob("__init__.py")}
+    assert found <= listed, f"not in pyproject.toml packages: {sorted(found - listed)}"

@@ -202,7 +202,7 @@ def events_from_tail(ev: Event, rules: RuleSet, timeouts: RuleTimeouts | None = 
             if ev.fields.get("incarnation") is not None:
                 fields.setdefault("incarnation", ev.fields.get("incarnation"))
             out.append(Event(ts=ev.ts, source=rule.emit_source, kind=rule.emit_kind, worker=ev.worker,
-                             fields=fields, level="error", message=clean(line), origin=ev.origin))
+                             fields=fields, level="error", message=clean(line), host=ev.host, origin=ev.origin))
     return out
 
 

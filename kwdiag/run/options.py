@@ -31,6 +31,7 @@ class RunOptions:
     fail_on: list[str] = field(default_factory=list)
     scheduler_file: str | None = None   # run on an existing cluster instead of starting one
     scheduler: str | None = None
+    dask: bool = False                  # run on a real Dask cluster (kwdiag[dask]) instead of kwdiag's runtime
     config: dict = field(default_factory=dict)  # extra runtime settings for the cluster
     env: dict = field(default_factory=dict)     # extra environment for the cluster's processes and the job
 
@@ -42,7 +43,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             if number < (0 if name == "allowed_failures" else 1):
                 raise ValueError
             return number
-        if name == "nanny":
+        if name in ("nanny", "dask"):
             if isinstance(value, bool):
                 return value
             text = str(value).strip().lower()
@@ -65,7 +66,7 @@ def _coerce(name: str, value: Any, where: str) -> Any:
 
 
 _FILE_KEYS = {"workers", "threads", "memory_limit", "nanny", "allowed_failures", "worker_ttl", "log_dir", "runs_dir",
-              "timeout", "fail_on"}
+              "timeout", "fail_on", "dask"}
 
 
 def resolve(flags: dict[str, Any], environ: dict[str, str] | None = None) -> RunOptions:

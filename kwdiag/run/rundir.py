@@ -58,11 +58,12 @@ def read_manifest(run_dir: str) -> dict[str, Any] | None:
         return None
 
 
-def versions() -> dict[str, str | None]:
+def versions(dask: bool = False) -> dict[str, str | None]:
     from importlib import metadata
 
     out: dict[str, str | None] = {"python": sys.version.split()[0]}
-    for name in ("kwdiag", "tornado", "msgpack", "cloudpickle", "psutil", "rich", "typer", "regex"):
+    names = ["kwdiag", "tornado", "msgpack", "cloudpickle", "psutil", "rich", "typer", "regex"]
+    for name in names + (["dask", "distributed"] if dask else []):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

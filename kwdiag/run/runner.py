@@ -1,7 +1,8 @@
 """Run one job on a kwdiag cluster, watch it, and end with the diagnosis: the body of ``kwdiag run``.
 
-Covers: creating the run directory and manifest; starting an embedded ``LocalCluster`` whose every
-process writes its events and stderr there (or using an existing cluster); running the job as its
+Covers: creating the run directory and manifest; starting the cluster (``backend``: kwdiag's embedded
+``LocalCluster`` or, with ``--dask``, a Dask one, every process writing its events and stderr there,
+or an existing cluster); running the job as its
 own process with its arguments, its ``Client()`` pointed at the cluster, and its stdout/stderr passed
 through and kept (``job.stdout``, ``job.stderr``); announcing each worker death as it happens;
 stopping on Ctrl-C, ``--timeout`` or a killed job and still leaving a complete run directory; then
@@ -18,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections import Counter
 from typing import Any
 
@@ -27,7 +27,7 @@ from kwdiag.run import rundir
 from kwdiag.run.options import RunOptions
 from kwdiag.run.tail import EventTail
 from kwdiag.run.view import ClusterState, make_view
-from kwdiag.runtime.spawn import child_env, script_command
+from kwdiag.runtime.spawn import script_command
 
 POLL = 0.25            # seconds between looks at the cluster
 ANNOUNCE_WAIT = 2.0    # how long a death waits for its nanny's record before it is announced anyway
@@ -85,24 +85,6 @@ class DeathAnnouncer:
         return out
 
 
-def _start_cluster(options: RunOptions, run_dir: str, job_dir: str):
-    from kwdiag.runtime import LocalCluster
-
-    scheduler_kwargs = {k: v for k, v in (("allowed_failures", options.allowed_failures),
-                                          ("worker_ttl", options.worker_ttl)) if v is not None}
-    # Workers import the job's own modules as the job does: its folder goes on their path, after ours.
-    pythonpath = child_env(options.env, append_path=[job_dir])["PYTHONPATH"]
-    try:
-        return LocalCluster(n_workers=options.workers, threads_per_worker=options.threads,
-                            memory_limit=options.memory_limit, nanny=options.nanny, log_dir=run_dir,
-                            scheduler_kwargs=scheduler_kwargs, config=options.config,
-                            env={**options.env, "PYTHONPATH": pythonpath})
-    except ValueError as exc:
-        raise KwdiagError(str(exc), USAGE) from None
-    except (OSError, TimeoutError, RuntimeError) as exc:
-        raise KwdiagError(f"the cluster could not start: {exc}", RUNTIME) from None
-
-
 def _stop_job(job: subprocess.Popen, first: int) -> None:
     """Ask the job to stop with ``first`` (SIGINT/SIGTERM), then kill it after a grace period."""
     if job.poll() is not None:
@@ -118,11 +100,128 @@ def _stop_job(job: subprocess.Popen, first: int) -> None:
         job.wait()
 
 
+def _manifest(job_argv: list[str], options: RunOptions, started: float, runtime: str) -> dict[str, Any]:
+    return {"command": ["kwdiag", "run", *job_argv], "job": os.path.abspath(job_argv[0]), "args": job_argv[1:],
+            "cwd": os.getcwd(), "started": started, "status": "starting", "runtime": runtime,
+            "options": {k: v for k, v in vars(options).items() if k != "env"},
+            "versions": rundir.versions(dask=runtime == "dask")}
+
+
+class _Watch:
+    """The job's run: its process, its output, the live view, and what was seen of the cluster."""
+
+    def __init__(self, backend, view, run_dir: str, announcer: DeathAnnouncer, started: float):
+        # ``started``: time.monotonic() when the run began (the live view's elapsed time)
+        self.backend = backend
+        self.view = view
+        self.run_dir = run_dir
+        self.announcer = announcer
+        self.started = started
+        self.tail = EventTail(run_dir)
+        self.state: ClusterState | None = None
+        self.restarts: dict[str, int] = {}
+        self.timed_out = self.interrupted = False
+        self.job: subprocess.Popen | None = None
+
+    def start_job(self, job_argv: list[str]) -> list[threading.Thread]:
+        self.job = subprocess.Popen(script_command(*job_argv), env=self.backend.job_env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+        tees = [threading.Thread(target=_tee, args=(pipe, os.path.join(self.run_dir, f"job.{name}"), self.view,
+                                                    name), daemon=True)
+                for pipe, name in ((self.job.stdout, "stdout"), (self.job.stderr, "stderr"))]
+        for t in tees:
+            t.start()
+        return tees
+
+    def look(self) -> None:
+        """One look at the cluster: announce new deaths, refresh the view."""
+        # Analysis is re-run only when a death may have happened (or one awaits its nanny's record),
+        # not for every event: a busy run writes many events that are not about deaths.
+        new = self.tail.poll()
+        if any(e.kind in DEATH_KINDS for e in new) or self.announcer.first_seen.keys() - self.announcer.announced:
+            for line in self.announcer.lines(self.tail.events):
+                self.view.death(line)
+        self.refresh()
+
+    def refresh(self) -> None:
+        info = self.backend.info()
+        for w in info.get("workers", {}).values():
+            name = str(w.get("name"))
+            self.restarts[name] = max(self.restarts.get(name, 0), int(w.get("incarnation") or 1) - 1)
+        self.state = ClusterState.from_info(info, time.monotonic() - self.started, len(self.announcer.announced),
+                                            self.restarts)
+        self.view.update(self.state)
+
+    def loop(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.job.poll() is None:
+            try:
+                time.sleep(POLL)
+                self.look()
+                if deadline is not None and time.monotonic() > deadline and not self.timed_out:
+                    self.timed_out = True
+                    self.view.say(f"the job ran past --timeout {timeout:g}s; stopping it")
+                    _stop_job(self.job, signal.SIGTERM)
+            except KeyboardInterrupt:
+                self.interrupted = True
+                self.view.say("interrupted: stopping the job and the cluster")
+                _stop_job(self.job, signal.SIGINT)
+            except Exception as exc:  # the monitor must never take the job down with it
+                if self.job.poll() is None:
+                    self.view.say(f"monitoring hiccup: {type(exc).__name__}: {exc}")
+
+    def final_announcements(self) -> None:
+        self.tail.poll()
+        try:
+            for line in self.announcer.lines(self.tail.events, final=True):
+                self.view.death(line)
+        except Exception:
+            pass
+
+
+def _watch_job(job_argv: list[str], options: RunOptions, backend, view, watch: _Watch) -> None:
+    try:
+        view.start()
+        tees = watch.start_job(job_argv)
+        watch.loop(options.timeout)
+        for t in tees:
+            t.join(5)
+        try:
+            watch.refresh()
+        except Exception:
+            pass
+    except KeyboardInterrupt:
+        watch.interrupted = True
+        if watch.job is not None:
+            _stop_job(watch.job, signal.SIGINT)
+    finally:
+        try:
+            backend.close()
+        except KeyboardInterrupt:  # a second Ctrl-C while closing: the diagnosis still comes
+            pass
+        watch.final_announcements()
+        view.stop(watch.state)
+
+
+def _exit_code(watch: _Watch, job_code: int | None, failing: list) -> int:
+    if watch.interrupted:
+        code = INTERRUPTED
+    elif watch.timed_out:
+        code = TIMEOUT_EXIT
+    elif job_code is None:
+        code = RUNTIME
+    elif job_code < 0:
+        code = 128 - job_code
+    else:
+        code = job_code
+    return FINDINGS if failing and code == 0 else code
+
+
 def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...] = ()) -> int:
     """Run the job; return the exit code ``kwdiag run`` should end with."""
     from kwdiag.engine import load_rules
-    from kwdiag.pipeline import analyze
     from kwdiag.check.policy import parse_selector, split_items
+    from kwdiag.run.backend import make_backend
 
     script = job_argv[0]
     if not os.path.isfile(script):
@@ -133,133 +232,33 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
     run_dir = rundir.create(options.runs_dir, job_name, options.log_dir)
     started = time.time()           # a timestamp for the manifest; durations use the monotonic clock
     started_mono = time.monotonic()
-    manifest: dict[str, Any] = {
-        "command": ["kwdiag", "run", *job_argv], "job": os.path.abspath(script), "args": job_argv[1:],
-        "cwd": os.getcwd(), "started": started, "status": "starting",
-        "options": {k: v for k, v in vars(options).items() if k != "env"},
-        "versions": rundir.versions(),
-    }
+    backend = make_backend(options, run_dir, os.path.dirname(os.path.abspath(script)))
+    manifest = _manifest(job_argv, options, started, backend.runtime)
     rundir.write_manifest(run_dir, manifest)
-
-    cluster = None
-    env = child_env({**options.env, "KWDIAG_LOG_DIR": run_dir})
-    if options.scheduler_file:
-        env["KWDIAG_SCHEDULER_FILE"] = os.path.abspath(options.scheduler_file)
-        target: Any = {"scheduler_file": options.scheduler_file}
-    elif options.scheduler:  # the secret comes from KWDIAG_SECRET, for us and for the job
-        env["KWDIAG_SCHEDULER_ADDRESS"] = options.scheduler
-        env.pop("KWDIAG_SCHEDULER_FILE", None)
-        target = {"address": options.scheduler}
-    else:
-        cluster = _start_cluster(options, run_dir, os.path.dirname(os.path.abspath(script)))
-        env["KWDIAG_SCHEDULER_FILE"] = cluster.scheduler_file
-        target = {"address": cluster}
-
-    from kwdiag.runtime import Client
-
+    backend.start()
+    manifest.update(status="running", scheduler=backend.scheduler_address)
+    rundir.write_manifest(run_dir, manifest)
     view = make_view(" ".join(job_argv), run_dir)
-    tail = EventTail(run_dir)
-    announcer = DeathAnnouncer(rules)
-    client = None
-    state: ClusterState | None = None
-    restarts: dict[str, int] = {}
-    timed_out = interrupted = False
-    job = None
-    try:
-        try:
-            with warnings.catch_warnings():  # our observer's own environment is not the job's: no warning for it
-                warnings.simplefilter("ignore")
-                client = Client(**target)
-        except Exception as exc:
-            raise KwdiagError(f"cannot reach the scheduler: {exc}", RUNTIME) from None
-        manifest.update(status="running", scheduler=client.scheduler_address)
-        rundir.write_manifest(run_dir, manifest)
-        view.start()
-        job = subprocess.Popen(script_command(*job_argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        tees = [threading.Thread(target=_tee, args=(job.stdout, os.path.join(run_dir, "job.stdout"), view, "stdout"),
-                                 daemon=True),
-                threading.Thread(target=_tee, args=(job.stderr, os.path.join(run_dir, "job.stderr"), view, "stderr"),
-                                 daemon=True)]
-        for t in tees:
-            t.start()
-        deadline = None if options.timeout is None else time.monotonic() + options.timeout
-        while job.poll() is None:
-            try:
-                time.sleep(POLL)
-                # Analysis is re-run only when a death may have happened (or one awaits its nanny's record),
-                # not for every event: a busy run writes many events that are not about deaths.
-                new = tail.poll()
-                if any(e.kind in DEATH_KINDS for e in new) or announcer.first_seen.keys() - announcer.announced:
-                    for line in announcer.lines(tail.events):
-                        view.death(line)
-                info = client.scheduler_info()
-                for w in info.get("workers", {}).values():
-                    restarts[str(w.get("name"))] = max(restarts.get(str(w.get("name")), 0),
-                                                       int(w.get("incarnation") or 1) - 1)
-                state = ClusterState.from_info(info, time.monotonic() - started_mono, len(announcer.announced),
-                                               restarts)
-                view.update(state)
-                if deadline is not None and time.monotonic() > deadline:
-                    timed_out = True
-                    view.say(f"the job ran past --timeout {options.timeout:g}s; stopping it")
-                    _stop_job(job, signal.SIGTERM)
-            except KeyboardInterrupt:
-                interrupted = True
-                view.say("interrupted: stopping the job and the cluster")
-                _stop_job(job, signal.SIGINT)
-            except Exception as exc:  # the monitor must never take the job down with it
-                if job.poll() is None:
-                    view.say(f"monitoring hiccup: {type(exc).__name__}: {exc}")
-        for t in tees:
-            t.join(5)
-        try:
-            info = client.scheduler_info()
-            state = ClusterState.from_info(info, time.monotonic() - started_mono, len(announcer.announced), restarts)
-        except Exception:
-            pass
-    except KeyboardInterrupt:
-        interrupted = True
-        if job is not None:
-            _stop_job(job, signal.SIGINT)
-    finally:
-        if client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
-            try:
-                os.unlink(cluster.scheduler_file)  # the shared secret does not stay in the run directory
-            except FileNotFoundError:
-                pass
-        tail.poll()
-        try:
-            for line in announcer.lines(tail.events, final=True):
-                view.death(line)
-        except Exception:
-            pass
-        view.stop(state)
+    watch = _Watch(backend, view, run_dir, DeathAnnouncer(rules), started_mono)
+    _watch_job(job_argv, options, backend, view, watch)
+    return _finish(watch, run_dir, rules, fail_on, manifest, started_mono)
 
-    job_code = job.returncode if job is not None else None
-    report = analyze([run_dir], rules=rules)
+
+def _finish(watch: _Watch, run_dir: str, rules, fail_on: list, manifest: dict[str, Any], started_mono: float) -> int:
+    """The diagnosis of the run directory, the manifest's outcome, the summary line; the exit code."""
+    from kwdiag.pipeline import analyze
     from kwdiag.report.terminal import render_terminal
 
+    job_code = watch.job.returncode if watch.job is not None else None
+    report = analyze([run_dir], rules=rules)
     sys.stderr.write("\n")
     render_terminal(report, sys.stderr)
     ended = time.time()
     duration = time.monotonic() - started_mono
     by_cause = Counter(f"{d.cause}/{d.detail}" for d in report.deaths)
     failing = [d for d in report.deaths if any(sel.matches(d) for sel in fail_on)]
-    if interrupted:
-        code = INTERRUPTED
-    elif timed_out:
-        code = TIMEOUT_EXIT
-    elif job_code is None:
-        code = RUNTIME
-    elif job_code < 0:
-        code = 128 - job_code
-    else:
-        code = job_code
-    if failing and code == 0:
-        code = FINDINGS
+    code = _exit_code(watch, job_code, failing)
+    state, timed_out, interrupted = watch.state, watch.timed_out, watch.interrupted
     tasks = {"submitted": state.submitted, "finished": state.finished, "erred": state.erred} if state else {}
     manifest.update(status="interrupted" if interrupted else "timed-out" if timed_out else "finished",
                     ended=ended, duration=round(duration, 3), job_exit_code=job_code, exit_code=code,

@@ -62,6 +62,10 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             streams[e.origin.file if e.origin else "?"].append(e)
         elif e.kind in _SCHEDULER_VIEW_KINDS and (isinstance(e.get("address"), str) or e.worker):
             about_others.append(e)
+        elif e.kind == "worker-exit" and isinstance(e.get("pid"), int) and (e.worker or e.get("address")):
+            # kwdiag's record of another process's exit: the launcher of nanny-less workers (source
+            # ``cluster``) or a nanny's death report forwarded to the scheduler. Joined by pid and address.
+            about_others.append(e)
         elif e.worker and e.kind in _NAMED_KINDS:
             named.append(e)
         else:

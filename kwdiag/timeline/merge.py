@@ -2,7 +2,8 @@
 
 Covers: the scheduler's view (its ``Register worker`` / ``Remove worker`` / heartbeat lines name an
 address: one process per registration, so a fixed port registered five times is five processes), and
-joining views that are the same process: kwdiag's (name, incarnation number), the same pid, the same
+joining views that are the same process: kwdiag's (name, incarnation number), the same pid, a Dask
+text log's view of a process kwdiag's plugins also recorded (the same end told twice), the same
 address over overlapping lifetimes (one-to-one, the biggest overlap first), and an exit line that named
 no process with the one process whose end the scheduler saw at about the same time. Two views never
 join when they disagree (different names, addresses, pids or incarnation numbers) or when both hold an
@@ -17,7 +18,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from kwdiag.events import Event
-from kwdiag.timeline.model import REPEATABLE, Incarnation, known_ts
+from kwdiag.timeline.model import REPEATABLE, Incarnation, known_ts, slot_of
 
 OVERLAP_TOLERANCE = 2.0  # seconds: the scheduler registers a worker a moment after it starts
 ANONYMOUS_JOIN = 5.0  # seconds between an unnamed exit line and the scheduler's removal of the same process
@@ -46,7 +47,7 @@ def scheduler_view(events: Iterable[Event]) -> list[Incarnation]:
         if e.worker and cur.name is None:
             cur.name = e.worker
         pid = e.get("pid")
-        if e.kind == "worker-registered" and isinstance(pid, int) and cur.pid is None:
+        if e.kind in ("worker-registered", "worker-exit") and isinstance(pid, int) and cur.pid is None:
             cur.pid = pid
         inc = e.get("incarnation")
         if isinstance(inc, int) and cur.kw_incarnation is None:
@@ -112,6 +113,7 @@ def join_views(procs: list[Incarnation]) -> list[Incarnation]:
     j = _Joiner(procs)
     _join_by_key(j, lambda p: (p.name, p.kw_incarnation) if p.kw_incarnation is not None and p.name else None)
     _join_by_key(j, lambda p: (p.host, p.pid) if p.pid is not None else None)
+    _join_mirrors(j)
     _join_by_address(j)
     _join_unnamed_exits(j)
     _join_by_successor(j)
@@ -128,6 +130,122 @@ def _join_by_key(j: _Joiner, key) -> None:
             j.join(first[k], i)
         else:
             first[k] = i
+
+
+MIRROR_SECONDS = 2.0  # between kwdiag's record of an end and Dask's own line for it
+
+
+def _copy(e: Event) -> bool:
+    """``e`` retells a fact another record may hold first-hand: a line of Dask's text log (a rule read it,
+    so it carries ``ctx``) or a nanny's death report forwarded to the scheduler."""
+    return "ctx" in e.fields or e.get("forwarded") is True
+
+
+def _mirrors(copy: Incarnation, rec: Incarnation) -> bool:
+    """Every end line ``copy`` shares a slot with ``rec`` for is a copy of a line of the same kind in ``rec``
+    within ``MIRROR_SECONDS``: the same end told twice (``kwdiag run --dask`` keeps Dask's log beside the
+    plugins' records, so "Worker process 31 was killed by signal 9" arrives both ways)."""
+    common = [s for s in set(copy.slots) & set(rec.slots) if s not in REPEATABLE]
+    for slot in common:
+        for e in copy.slots[slot]:
+            ts = known_ts(e)
+            if not _copy(e) or not any(
+                    r.kind == e.kind and not _copy(r)
+                    and (ts is None or known_ts(r) is None or abs(known_ts(r) - ts) <= MIRROR_SECONDS)
+                    for r in rec.slots[slot]):
+                return False
+    return True
+
+
+def _join_mirrors(j: _Joiner) -> None:
+    """A process told twice, first-hand by kwdiag's records and again by copies (see ``_mirrors``) of the same
+    pid, or of the same address at the same time: one process, although both views hold its end. Copies carry
+    no host (text) or the scheduler's, so the pid matches whatever host the record names."""
+    roots = j.roots()
+    index = {id(p): i for i, p in enumerate(j.procs)}
+    by_pid: dict[int, list[Incarnation]] = defaultdict(list)
+    by_addr: dict[str, list[Incarnation]] = defaultdict(list)
+    for p in roots:
+        if p.pid is not None:
+            by_pid[p.pid].append(p)
+        elif p.address:
+            by_addr[p.address].append(p)
+    groups = list(by_pid.values()) + [by_addr[a] + [p for p in roots if p.address == a and p.pid is not None]
+                                      for a in by_addr]
+    firsthand = {id(p) for p in roots if any(not _copy(e) for e in p.events)}
+    for group in groups:
+        for copy in group:
+            if not all(_copy(e) for e in copy.events):
+                continue  # only a view made of copies is joined here (two records are joined by key)
+            for rec in group:
+                ic, ir = index[id(copy)], index[id(rec)]
+                if rec is copy or id(rec) not in firsthand or j.find(ic) != ic or j.find(ir) != ir:
+                    continue
+                if copy.pid is None and not _overlap(copy, rec):
+                    continue
+                if any(x is not None and y is not None and x != y for x, y in (
+                        (copy.name, rec.name), (copy.address, rec.address), (copy.kw_incarnation, rec.kw_incarnation))):
+                    continue
+                if _mirrors(copy, rec):
+                    absorb(rec, copy)
+                    j.parent[ic] = ir
+    _join_anonymous_copies(j, index)
+
+
+def _tells_the_same(copy: Event, exit_record: Event) -> bool:
+    """The copy's line fits the recorded exit: a restart line only after an exit the nanny restarted, a crash
+    dump or a fatal traceback only with a status that is not a clean 0."""
+    slot = slot_of(copy)
+    if slot == "restart":
+        return exit_record.get("will_restart") is not False
+    if slot in ("crash", "fatal"):
+        return exit_record.get("exitcode") != 0
+    return True
+
+
+def _join_anonymous_copies(j: _Joiner, index: dict[int, int]) -> None:
+    """Copies that name no process at all (Dask's "Restarting worker" in a shared log, the nanny's "still
+    alive after 4 seconds, killing") each go to the process whose first-hand exit record they retell: the
+    nearest exit in time that fits (``_tells_the_same``), within ``MIRROR_SECONDS``, and clearly nearer than
+    any other. When every end line of such a view finds its process, the view is those processes' lines;
+    otherwise it stays on its own (nothing says which)."""
+    firsthand = [p for p in j.roots() if any(not _copy(e) for e in p.slots.get("exit", ()))]
+    if not firsthand:
+        return
+    for u in j.roots():
+        if u.address or u.name or u.pid is not None or u.kw_incarnation is not None or not u.ended:
+            continue
+        if not all(_copy(e) for e in u.end_events):
+            continue
+        owners = [_retold(e, firsthand) for e in u.end_events]
+        if any(o is None for o in owners):
+            continue
+        ends = u.end_events
+        moves = [(owners[ends.index(e)] if e in ends else owners[0], e) for e in u.events]
+        if not all(owner.can_take(e) for owner, e in moves):
+            continue
+        for owner, e in moves:
+            owner.add(e)
+        j.parent[index[id(u)]] = index[id(owners[0])]
+
+
+def _retold(copy: Event, firsthand: list[Incarnation]) -> Incarnation | None:
+    ts = known_ts(copy)
+    if ts is None:
+        return None
+    gaps = sorted((abs(known_ts(e) - ts), id(p), p) for p in firsthand for e in p.slots["exit"]
+                  if not _copy(e) and known_ts(e) is not None and _tells_the_same(copy, e)
+                  and p.can_take(copy))
+    if not gaps or gaps[0][0] > MIRROR_SECONDS:
+        return None
+    if len(gaps) > 1 and gaps[1][0] < 4 * gaps[0][0] + 0.05:
+        return None   # two exits about as near: the copy does not say which
+    return gaps[0][2]
+
+
+def _overlap(a: Incarnation, b: Incarnation) -> bool:
+    sa, sb = _span(a), _span(b)
+    return sa is None or sb is None or (sa[0] <= sb[1] + OVERLAP_TOLERANCE and sb[0] <= sa[1] + OVERLAP_TOLERANCE)
 
 
 def _span(p: Incarnation) -> tuple[float, float] | None:

@@ -50,7 +50,9 @@ SELF_STANDING = {"exit", "memory", "restart", "unregister", "fatal", "startup", 
 START_KINDS = {"worker-start", "worker-spawn", "worker-registered"}
 REGISTERED_KINDS = {"worker-registered", "worker-connected"}
 # Sources outside the cluster's own processes: their events name a pid or nothing, never a worker.
-ENV_SOURCES = {"kernel", "k8s", "slurm", "yarn"}
+# Lines joined to a death by time (they name no worker): the environment's (kernel, Kubernetes, SLURM,
+# YARN), and a server's complaint about an unnamed peer ("peer": a message it could not take).
+ENV_SOURCES = {"kernel", "k8s", "slurm", "yarn", "peer"}
 TASK_ERROR_KINDS = {"task-erred"}
 
 

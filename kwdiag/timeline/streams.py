@@ -133,7 +133,9 @@ class StreamAttributor:
         if (cur is not None and cur.started is None and not _started(cur) and set(cur.slots) <= ASKED_BEFORE_START
                 and (cur.address is None or cur.address == address)):
             return cur  # lines before its start line (a close asked for while it started) are this process's
-        if cur is not None and not cur.ended and _started(cur) and not self.multi:
+        if e.get("one_at_a_time"):
+            self.current = None  # the file's last process is over: its lines end where this one's begin
+        elif cur is not None and not cur.ended and _started(cur) and not self.multi:
             # a second start while the first still lives: several workers share this file
             self.multi = True
         return self._new(e, address=address, pid=pid, inc=inc, name=name)
