@@ -44,16 +44,12 @@ COMMAND_MODULES = ("cli_runtime", "cli_analysis", "cli_check", "cli_run")
 
 
 def _register_all() -> None:
+    """Every command group registers, or the CLI does not start: a group that cannot be imported is a bug
+    to see, not a command that silently disappears from ``--help``."""
     import importlib
 
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"kwdiag.{name}")
-        except ModuleNotFoundError as exc:  # a group still being written is simply absent
-            if exc.name != f"kwdiag.{name}":
-                raise
-            continue
-        module.register(app)
+        importlib.import_module(f"kwdiag.{name}").register(app)
 
 
 _register_all()

@@ -127,3 +127,13 @@ def test_runtime_client_and_cluster_share_helpers_instead_of_importing_each_othe
         path = ROOT / "runtime" / f"{name}.py"
         bad = [m for m in all_imports(path) if m in others]
         assert not bad, f"runtime/{name}.py imports {bad}"
+
+
+def test_every_command_group_registers_or_the_cli_fails():
+    """A command module that cannot be imported is an error at start, not a command missing from --help."""
+    import kwdiag.cli as cli
+
+    names = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
+    assert {"scheduler", "worker", "explain", "check", "run", "runs", "demo"} <= names
+    source = (ROOT / "kwdiag" / "cli.py").read_text()
+    assert "except ModuleNotFoundError" not in source
