@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
         output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file."),
         html_path: Optional[str] = typer.Option(None, "--html", help="Also write a self-contained HTML page "
                                                                       "with a timeline and memory charts."),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Text report: after the groups, every death "
+                                                                    "with every evidence line and fix."),
     ) -> None:
         """Explain every worker death in saved logs (kwdiag's and Dask's): cause, evidence, fix."""
         from kwdiag.errors import USAGE, KwdiagError
@@ -51,7 +53,7 @@ def register(app: typer.Typer) -> None:
             else:
                 from kwdiag.report.terminal import render_terminal
 
-                render_terminal(report, out)
+                render_terminal(report, out, verbose=verbose)
         finally:
             if output:
                 out.close()

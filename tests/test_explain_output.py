@@ -1,6 +1,6 @@
 """Rendered output: snapshots of the plain report, escaping of hostile log text, JSON schema, CLI commands.
 
-Snapshots live in tests/data/snapshots/; regenerate after a reviewed change with
+Snapshots (text, Markdown, JSON) live in tests/data/snapshots/; regenerate after a reviewed change with
 ``KWDIAG_UPDATE_SNAPSHOTS=1 pytest tests/test_explain_output.py``.
 """
 
@@ -25,7 +25,8 @@ from kwdiag.report.terminal import render_plain, render_terminal
 ROOT = Path(__file__).resolve().parent.parent
 SNAP = Path(__file__).resolve().parent / "data" / "snapshots"
 RULES = load_rules()
-SNAPSHOT_SCENARIOS = ["dask-killedworker", "dask-memory", "dask-missing-module", "dask-task-error"]
+SNAPSHOT_SCENARIOS = ["dask-killedworker", "dask-memory", "dask-missing-module", "dask-task-error",
+                      "kwdiag-segfault-killedworker", "kwdiag-memory"]
 
 
 @pytest.fixture(autouse=True)
@@ -37,22 +38,54 @@ def _utc(monkeypatch):
     time.tzset()
 
 
-def _report(name):
+def _in_root(fn):
     cwd = os.getcwd()
     os.chdir(ROOT)  # evidence paths relative to the repository, as a user would type them
     try:
-        return analyze([f"sample_logs/{name}"], rules=RULES)
+        return fn()
     finally:
         os.chdir(cwd)
 
 
+def _report(name):
+    return _in_root(lambda: analyze([f"sample_logs/{name}"], rules=RULES))
+
+
+def _render(fmt, report):
+    from kwdiag.report.jsonout import render_json
+
+    return {"txt": render_plain, "md": render_markdown, "json": render_json}[fmt](report)
+
+
+@pytest.mark.parametrize("fmt", ["txt", "md", "json"])
 @pytest.mark.parametrize("name", SNAPSHOT_SCENARIOS)
-def test_plain_report_snapshot(name):
-    text = render_plain(_report(name))
-    path = SNAP / f"{name}.txt"
+def test_report_snapshot(name, fmt):
+    """Every format of the explain report for Dask logs and kwdiag runs; review by eye when one changes."""
+    report = _report(name)
+    text = _in_root(lambda: _render(fmt, report))
+    path = SNAP / f"{name}.{fmt}"
     if os.environ.get("KWDIAG_UPDATE_SNAPSHOTS"):
         path.write_text(text)
     assert text == path.read_text(), f"rendered report changed; review and update {path}"
+
+
+def test_the_text_report_gives_the_answer_first_one_fix_per_group_in_80_columns():
+    text = _in_root(lambda: render_plain(_report("kwdiag-segfault-killedworker")))
+    lines = text.splitlines()
+    assert lines[0].startswith("Verdict: 2 worker death(s) need attention")
+    head = "\n".join(lines[:8])
+    assert "What to do:" in head and "[g1] 2× sudden_exit/segfault" in head
+    assert " ".join(text.split()).count("Check the stderr tail in the event") == 1   # one fix for both deaths
+    assert "in [g1]" in text   # KilledWorker blame refers to the group instead of repeating it
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert "Chose to exit: 2" in text and "/work/" not in text   # paths relative to the inputs
+
+
+def test_a_killed_worker_is_never_no_failures():
+    from kwdiag.analysis.model import KilledWorkerBlame, Report
+
+    report = Report(killed_workers=(KilledWorkerBlame(task="t", deaths=(), causes=(), fair=None, reasons=()),))
+    assert "no failures" not in report.verdict() and "collect" in report.verdict()
 
 
 HOSTILE = (
@@ -124,7 +157,7 @@ def test_cli_formats():
     md = _cli("explain", "--format", "markdown", "sample_logs/dask-segfault")
     assert md.returncode == 0 and md.stdout.startswith("# kwdiag explain") and "| w1 |" in md.stdout
     txt = _cli("explain", "sample_logs/dask-segfault")
-    assert txt.stdout.rstrip().splitlines()[-1].startswith("Verdict: 2 worker death(s) need attention")
+    assert txt.stdout.splitlines()[0].startswith("Verdict: 2 worker death(s) need attention")   # the answer first
 
 
 def test_cli_rules_commands(tmp_path):

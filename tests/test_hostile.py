@@ -218,7 +218,11 @@ def test_hostile_text_is_inert_in_explain_outputs(tmp_path):
     for fmt, out in outs.items():
         _assert_inert(out, fmt)
     assert "[bold red]RICH[/]" in outs["plain"]
-    md = re.sub(r"`[^`\n]*`", "", outs["markdown"])  # code spans render literally
+    fenced = re.findall(r"^```\n(.*?)^```$", outs["markdown"], flags=re.S | re.M)
+    assert fenced and not any("```" in block for block in fenced)  # log text cannot close its code block
+    md = re.sub(r"^```\n.*?^```$", "", outs["markdown"], flags=re.S | re.M)  # code blocks render literally
+    md = re.sub(r"`[^`\n]*`", "", md)  # so do code spans
+    md = re.sub(r"</?(details|summary)>", "", md)  # the report's own collapsible sections
     assert "<" not in md and "&lt;script&gt;" in md and "\\[link=" in md
     doc = json.loads(outs["json"])
     assert any("[bold red]RICH[/]" in d["worker"] for d in doc["deaths"])

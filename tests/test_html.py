@@ -270,7 +270,7 @@ def test_cli_html_page_screenshot(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kwdiag", "explain", "sample_logs/kwdiag-memory", "--html", str(out)],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.rstrip().splitlines()[-1].startswith("Verdict:")  # the text report is still printed
+    assert r.stdout.splitlines()[0].startswith("Verdict:")  # the text report is still printed
     png = tmp_path / "report.png"
     s = run_chromium(out.as_uri(), f"--screenshot={png}", "--window-size=1200,1600")
     assert png.exists(), s.stderr[-2000:]

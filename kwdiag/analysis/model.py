@@ -247,21 +247,29 @@ class Report:
         return tuple(p for p in self.problems if p.level == "error")
 
     def verdict(self) -> str:
-        """One line: the overall result."""
+        """One line: the overall result. A KilledWorker or a task error is a failure even when no death in
+        the input explains it: the line then says so, never "no failures"."""
         fails = self.failures
-        if not self.deaths and not self.killed_workers:
-            base = "no worker deaths found"
-        elif not fails:
-            base = f"no failures: {len(self.deaths)} worker exit(s), all chosen (shutdown, retirement, ...)"
-        else:
+        chosen = len(self.deaths) - len(fails)
+        if fails:
             from collections import Counter
 
             counts = Counter(f"{d.cause}/{d.detail}" for d in fails)
             parts = ", ".join(f"{n}× {k}" for k, n in counts.most_common())
             base = f"{len(fails)} worker death(s) need attention: {parts}"
-        if self.killed_workers:
+        elif self.killed_workers:
+            base = (f"KilledWorker on {len(self.killed_workers)} task(s), and no worker death in these logs says why"
+                    + (f" ({chosen} chosen exit(s) only)" if chosen else "")
+                    + ": collect the workers' and nannies' INFO-level logs and the hosts' kernel log (dmesg)")
+        elif self.task_errors:
+            base = f"{len(self.task_errors)} task(s) failed with an exception; no worker died of it"
+        elif self.deaths:
+            base = f"no failures: {len(self.deaths)} worker exit(s), all chosen (shutdown, retirement, ...)"
+        else:
+            base = "no worker deaths found"
+        if self.killed_workers and fails:
             base += f"; {len(self.killed_workers)} KilledWorker task(s)"
-        if self.task_errors:
+        if self.task_errors and (fails or self.killed_workers):
             base += f"; {len(self.task_errors)} task error(s) (not deaths)"
         recoveries = sum(1 for n in self.notes if n.kind == "scheduler-recovered")
         if recoveries:
@@ -269,6 +277,12 @@ class Report:
         if any(n.kind == "events-lost" for n in self.notes):
             base += "; some events are missing from the logs (see the notes)"
         return base
+
+    def _deaths_with_groups(self) -> list[dict[str, Any]]:
+        from kwdiag.analysis.groups import group_ids  # groups imports this module's types
+
+        ids = group_ids(self.deaths)
+        return [{**d.to_dict(), "group": ids[id(d)]} for d in self.deaths]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -280,7 +294,7 @@ class Report:
             "workers": list(self.workers),
             "stats": {"events": self.events, "lines": self.lines, "bytes": self.bytes,
                       "first": iso(self.first_ts), "last": iso(self.last_ts)},
-            "deaths": [d.to_dict() for d in self.deaths],
+            "deaths": self._deaths_with_groups(),
             "killed_workers": [k.to_dict() for k in self.killed_workers],
             "task_errors": [t.to_dict() for t in self.task_errors],
             "problems": [p.to_dict() for p in self.problems],

@@ -1,4 +1,4 @@
-"""``--format markdown``: a report to paste into an issue or a CI summary.
+"""``--format markdown``: a report to paste into an issue or a CI summary, in the terminal report's order.
 
 Log text is inert: control sequences removed, HTML (``<script>``, ``<img onerror>``) and markdown
 punctuation (links, emphasis, table cells) escaped in running text; inside code spans, where
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 
+from kwdiag.analysis.groups import group_deaths
 from kwdiag.analysis.model import Report
 from kwdiag.escape import safe
-from kwdiag.report.text import conf, when
+from kwdiag.report.text import base_dir, conf, hint_for, proof, short, when
+from kwdiag.units import format_bytes
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#!])")
 
 
-def _md(text: str) -> str:
-    text = safe(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _md(text: str, limit: int = 300) -> str:
+    text = safe(text, limit).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
@@ -26,33 +28,51 @@ def _code(text: str) -> str:
     return safe(text).replace("`", "'")
 
 
+def _fence(text: str) -> str:
+    """Text for inside a fenced code block (literal; only a run of three backticks could end it)."""
+    return safe(text, 500).replace("```", "'''")
+
+
 def render_markdown(report: Report) -> str:
-    out = ["# kwdiag explain", ""]
-    if report.deaths:
-        out += ["| worker | incarnation | when | cause | detail | confidence |", "| --- | --- | --- | --- | --- | --- |"]
-        for d in report.deaths:
-            out.append(f"| {_md(d.worker)} | {d.incarnation} | {when(d.at)} | {d.cause} | {_md(d.detail)} | "
-                       f"{conf(d.confidence)} |")
+    """The terminal report's order (verdict, what to do, groups, KilledWorker, chosen exits), with each
+    group's evidence and every death in collapsible ``<details>`` sections."""
+    base = base_dir(report.files)
+    groups = group_deaths(report.deaths)
+    group_of = {id(d): g.id for g in groups for d in g.deaths}
+    bad = [g for g in groups if g.cause != "chose_to_exit"]
+    out = ["# kwdiag explain", "", f"**Verdict:** {_md(report.verdict())}", ""]
+    todo = [(g, hint_for(g.deaths[0].hints, report.runtimes)) for g in bad]
+    todo = [(g, h) for g, h in todo if h is not None]
+    if todo:
+        out += ["## What to do", ""]
+        for g, h in todo:
+            task = f" (`{_code(g.task)}`)" if g.task else ""
+            out.append(f"- **[{g.id}] {len(g.deaths)}× {g.cause} / {_md(g.detail)}**{task}: {_md(h.text, 1000)}")
         out.append("")
-        for d in report.deaths:
-            out.append(f"## {_md(d.worker)} #{d.incarnation}: {d.cause} / {_md(d.detail)} ({conf(d.confidence)})")
-            if d.summary:
-                out.append(f"{_md(d.summary)}.")
-            out.append("")
-            for e in d.evidence:
-                out.append(f"- `{_code(e.file)}:{e.line}` {_md(e.text)}")
-            for h in d.hints:
-                out.append(f"- **fix ({h.runtime})**: {_md(h.text)}")
-            out.append("")
+    for g in bad:
+        who = ", ".join(f"{_md(d.worker)} #{d.incarnation}" for d in g.deaths[:10])
+        more = f" and {len(g.deaths) - 10} more" if len(g.deaths) > 10 else ""
+        out += [f"## [{g.id}] {g.cause} / {_md(g.detail)}: {len(g.deaths)} death(s)", "", f"Workers: {who}{more}.", ""]
+        d = g.deaths[0]
+        if d.summary:
+            out += [f"{_md(d.summary)}.", ""]
+        peaks = [x.memory.peak for x in g.deaths if x.memory and x.memory.peak]
+        limit = next((x.memory.limit for x in g.deaths if x.memory and x.memory.limit), None)
+        if peaks:
+            out += [f"Peak memory {format_bytes(max(peaks))}" + (f" of a {format_bytes(limit)} limit." if limit else "."), ""]
+        out += ["<details><summary>Evidence</summary>", "", "```"]
+        out += [f"{_fence(short(e.file, base))}:{e.line + i}: {_fence(part)}"
+                for e in proof(d) for i, part in enumerate(e.text.split("\n")[:12])]
+        out += ["```", "", "</details>", ""]
     for k in report.killed_workers:
         fair = {True: "fair", False: "unfair", None: "cannot tell"}[k.fair]
-        out.append(f"## KilledWorker: `{_code(k.task)}` — blame looks {fair}")
-        for d in k.deaths:
-            out.append(f"- {_md(d.worker)} #{d.incarnation} at {when(d.at)}: {d.cause}/{_md(d.detail)}")
+        ids = sorted({group_of[id(d)] for d in k.deaths if id(d) in group_of})
+        where = (f"; its {len(k.deaths)} counted death(s) are in " + ", ".join(f"[{i}]" for i in ids)) if ids else ""
+        out += [f"## KilledWorker: `{_code(k.task)}`: blame looks {fair}{where}", ""]
         for r in k.reasons:
             out.append(f"- {_md(r)}")
         for h in k.hints:
-            out.append(f"- **fix ({h.runtime})**: {_md(h.text)}")
+            out.append(f"- **fix ({h.runtime})**: {_md(h.text, 1000)}")
         out.append("")
     if report.task_errors:
         out.append("## Task errors (not worker deaths)")
@@ -63,10 +83,24 @@ def render_markdown(report: Report) -> str:
         out.append("## Cluster notes (not worker deaths)")
         for n in report.notes:
             ev = n.evidence[0] if n.evidence else None
-            where = f" (`{_code(ev.file)}:{ev.line}`)" if ev else ""
+            where = f" (`{_code(short(ev.file, base))}:{ev.line}`)" if ev else ""
             out.append(f"- {when(n.at)} **{_md(n.title)}**: {_md(n.text)}{where}")
         out.append("")
+    chosen = [g for g in groups if g.cause == "chose_to_exit"]
+    if chosen:
+        kinds = ", ".join(f"{_md(g.detail)} {len(g.deaths)}" for g in chosen)
+        out += [f"Chose to exit: {sum(len(g.deaths) for g in chosen)} ({kinds}).", ""]
+    if report.deaths:
+        out += ["<details><summary>Every death</summary>", "",
+                "| group | worker | incarnation | when | cause | detail | confidence |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
+        for d in report.deaths:
+            out.append(f"| {group_of[id(d)]} | {_md(d.worker)} | {d.incarnation} | {when(d.at)} | {d.cause} | "
+                       f"{_md(d.detail)} | {conf(d.confidence)} |")
+        out += ["", "</details>", ""]
+    else:
+        out += [f"No worker deaths found in {len(report.files)} file(s), {report.lines:,} line(s) "
+                f"({'/'.join(report.runtimes) or 'no known'} format); {len(report.workers)} worker(s) seen.", ""]
     for p in report.problems:
         out.append(f"- input {p.level}: `{_code(p.path)}`: {_md(p.message)}")
-    out.append(f"**Verdict:** {_md(report.verdict())}")
-    return "\n".join(out) + "\n"
+    return "\n".join(out).rstrip("\n") + "\n"

@@ -1,84 +1,112 @@
-"""The terminal report: a summary table, each death's evidence and fix, KilledWorker blame, a verdict.
+"""The terminal report, answer first: the verdict and what to do, then the deaths grouped by cause.
 
-Covers: a rich rendering for terminals (colour unless ``NO_COLOR``) and a plain, stable rendering
-when the output is not a terminal (pipes, files, snapshot tests). A death whose memory the nanny
-sampled gets a one-line sparkline against its limit (``report.sparkline``). Log text never reaches rich as
-markup: it goes in ``Text`` objects after control sequences are stripped (``report.text.safe``).
+Covers: ``report_lines`` (the report as ``(style, text)`` lines, at most 80 columns): the verdict; one
+fix per group of deaths that needs attention; each group (cause, detail and task, from
+``kwdiag.analysis.groups``) with its workers, key figures (the task, peak memory against the limit,
+a memory sparkline), the one to three lines that prove the cause (paths relative to the inputs'
+folder, a multi-line message as indented lines with their own line numbers) and its fix; KilledWorker
+blame referring to the groups; chosen exits (shutdown, retirement) in one line; what was read. With
+``verbose`` every death and every evidence line and hint follow. ``render_plain`` joins the lines
+(stable, for pipes, files and snapshot tests); ``render_rich`` prints them in colour on a terminal
+(none under ``NO_COLOR``). Log text never reaches rich as markup: it goes in ``Text`` objects after
+control sequences are stripped (``kwdiag.escape.safe``).
 
-Does not cover: JSON or Markdown (``jsonout``, ``markdown``).
+Does not cover: JSON or Markdown (``jsonout``, ``markdown``), which keep every death.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
+from collections import Counter
 from typing import TextIO
 
-from kwdiag.analysis.model import Death, Report
-from kwdiag.report.sparkline import sparkline
+from kwdiag.analysis.groups import DeathGroup, group_deaths
+from kwdiag.analysis.model import Death, Evidence, Report
 from kwdiag.escape import safe
-from kwdiag.report.text import conf, when
+from kwdiag.report.sparkline import sparkline
+from kwdiag.report.text import base_dir, conf, from_here, hint_for, proof, short, when
+from kwdiag.units import format_bytes
 
+WIDTH = 80
 FAIR = {True: "fair", False: "unfair", None: "cannot tell"}
+Line = tuple[str, str]  # (style, text): style is a name the rich renderer colours, "" for none
 
 
-def render_plain(report: Report, *, files: bool = True) -> str:
-    """Plain text: stable, no colour, no box drawing."""
-    lines: list[str] = []
-    add = lines.append
-    if report.deaths:
-        rows = [("WORKER", "#", "WHEN", "CAUSE", "DETAIL", "CONF")]
-        for d in report.deaths:
-            rows.append((safe(d.worker, 40), str(d.incarnation), when(d.at), d.cause, safe(d.detail, 40),
-                         conf(d.confidence)))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            add("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-        add("")
-        for d in report.deaths:
-            _plain_death(d, add)
-    else:
-        add("No worker deaths found.")
-        add("")
-    for k in report.killed_workers:
-        add(f"KilledWorker: task {safe(k.task, 200)}: blame looks {FAIR[k.fair]}")
-        for d in k.deaths:
-            add(f"  counted: {safe(d.worker)} #{d.incarnation} at {when(d.at)}: {d.cause}/{safe(d.detail)}")
-        for r in k.reasons:
-            add(f"  - {safe(r, 400)}")
-        for e in k.evidence[:4]:
-            add(f"  {safe(e.file, 200)}:{e.line}: {safe(e.text)}")
-        for h in k.hints:
-            add(f"  fix ({h.runtime}): {safe(h.text, 600)}")
-        add("")
-    if report.task_errors:
-        add(f"Task errors (a task raised; no worker died): {len(report.task_errors)}")
-        for t in report.task_errors[:10]:
-            ev = t.evidence[0] if t.evidence else None
-            where = f" ({safe(ev.file, 200)}:{ev.line})" if ev else ""
-            add(f"  {safe(t.task or '?', 120)}: {safe(t.exception or '?', 120)}{where}")
-        add("")
-    if report.notes:
-        add(f"Cluster notes (not worker deaths): {len(report.notes)}")
-        for n in report.notes:
-            add(f"  {when(n.at)} {safe(n.title, 200)}")
-            add(f"    {safe(n.text, 600)}")
-            for e in n.evidence:
-                add(f"    {safe(e.file, 200)}:{e.line}")
-            if n.advice:
-                add(f"    fix (kwdiag): {safe(n.advice, 600)}")
-        add("")
-    for p in report.problems:
-        add(f"input {p.level}: {safe(p.path, 200)}: {safe(p.message, 400)}")
-    add(f"Verdict: {report.verdict()}")
-    return "\n".join(lines) + "\n"
+def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
+    first = indent if first is None else first
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent + "  ",
+                         break_long_words=True, break_on_hyphens=False) or [first.rstrip()]
 
 
-def _plain_death(d: Death, add) -> None:
-    head = f"{safe(d.worker)} #{d.incarnation}: {d.cause}/{safe(d.detail)} (confidence {conf(d.confidence)})"
-    add(head)
+def _who(deaths: tuple[Death, ...], limit: int = 6) -> str:
+    names = [f"{safe(d.worker, 40)} #{d.incarnation}" for d in deaths[:limit]]
+    if len(deaths) > limit:
+        names.append(f"{len(deaths) - limit} more")
+    return ", ".join(names)
+
+
+def _figures(g: DeathGroup, *, peak: bool = True) -> str:
+    """The figures a reader checks first: the task, memory against the limit, the pid of a lone death."""
+    d = g.deaths[0]
+    out = []
+    if g.task:
+        out.append(f"task {safe(g.task, 60)}")
+    peaks = [x.memory.peak for x in g.deaths if x.memory and x.memory.peak]
+    limit = next((x.memory.limit for x in g.deaths if x.memory and x.memory.limit), None)
+    if peaks and peak:
+        out.append(f"peak {format_bytes(max(peaks))}" + (f" of {format_bytes(limit)} limit" if limit else ""))
+    if len(g.deaths) == 1 and d.pid:
+        out.append(f"pid {d.pid}")
+    if len(g.deaths) == 1 and d.at is not None:
+        out.append(when(d.at))
+    return "; ".join(out)
+
+
+def _evidence_lines(e: Evidence, base: str | None, indent: str) -> list[str]:
+    """``file:line: text``; a message of several lines (a traceback, a version table) keeps its lines,
+    each with its own line number, instead of being squeezed into one."""
+    where = short(e.file, base)
+    parts = e.text.split("\n")
+    out: list[str] = []
+    for i, part in enumerate(parts[:12]):
+        out += _wrap(safe(part.rstrip(), 500), indent + "  ", first=f"{indent}{safe(where, 120)}:{e.line + i}: ")
+    if len(parts) > 12:
+        out.append(f"{indent}  … {len(parts) - 12} more line(s)")
+    return out
+
+
+def _group_lines(g: DeathGroup, report: Report, base: str | None, verbose: bool) -> list[Line]:
+    n = len(g.deaths)
+    head = f"[{g.id}] {g.label}: {n} death{'s' if n > 1 else ''} ({_who(g.deaths)})"
+    out: list[Line] = [("group-" + ("bad" if g.failure else "unknown"), x) for x in _wrap(head)]
+    d = g.deaths[0]
     if d.summary:
-        add(f"  {safe(d.summary, 300)}")
+        out += [("", x) for x in _wrap(safe(d.summary, 300), "    ")]
+    spark = sparkline(max((x.memory for x in g.deaths if x.memory and x.memory.samples), default=None,
+                          key=lambda m: m.peak or 0))
+    figures = _figures(g, peak=not spark)  # the sparkline states the peak against the limit itself
+    if figures:
+        out += [("", x) for x in _wrap(figures, "    ")]
+    if spark:
+        out += [("memory", x) for x in _wrap(spark, "    ")]
+    if not verbose:
+        label = f"    evidence ({safe(d.worker, 40)} #{d.incarnation}):" if n > 1 else "    evidence:"
+        out.append(("", label))
+        for e in proof(d):
+            out += [("", x) for x in _evidence_lines(e, base, "      ")]
+    if verbose:
+        hint = hint_for(d.hints, report.runtimes)
+        if hint is not None:
+            out += [("fix", x) for x in _wrap(safe(hint.text, 800), "    ", first=f"    fix ({hint.runtime}): ")]
+    return out
+
+
+def _death_lines(d: Death, base: str | None) -> list[Line]:
+    """Everything about one death (``-v``): identity, every evidence line, every hint."""
+    out: list[Line] = [("death", f"{safe(d.worker)} #{d.incarnation}: {d.cause}/{safe(d.detail)} "
+                                 f"(confidence {conf(d.confidence)})")]
     extra = []
     if d.address:
         extra.append(f"address {safe(d.address, 80)}")
@@ -86,73 +114,152 @@ def _plain_death(d: Death, add) -> None:
         extra.append(f"pid {d.pid}")
     if d.started is not None:
         extra.append(f"started {when(d.started)}")
+    if d.at is not None:
+        extra.append(f"ended {when(d.at)}")
     if d.noticed_by:
         extra.append(f"noticed by the {d.noticed_by}"
                      + (f" after {d.noticed_after:.1f}s" if d.noticed_after is not None else ""))
     if d.running:
         extra.append("running " + ", ".join(safe(t, 60) for t in d.running[:5]))
-    if extra:
-        add("  " + "; ".join(extra))
+    out += [("", x) for x in _wrap("; ".join(extra), "  ")] if extra else []
     spark = sparkline(d.memory)
     if spark:
-        add("  " + spark)
+        out += [("memory", x) for x in _wrap(spark, "  ")]
     if d.disagreement:
-        add("  other explanations seen: " + ", ".join(safe(x, 60) for x in d.disagreement))
+        out += [("", x) for x in _wrap("other explanations seen: " + ", ".join(safe(x, 60) for x in d.disagreement), "  ")]
     for e in d.evidence:
-        add(f"  {safe(e.file, 200)}:{e.line}: {safe(e.text)}")
+        out += [("", x) for x in _evidence_lines(e, base, "  ")]
     for h in d.hints:
-        add(f"  fix ({h.runtime}): {safe(h.text, 600)}")
-    add("")
+        out += [("fix", x) for x in _wrap(safe(h.text, 800), "  ", first=f"  fix ({h.runtime}): ")]
+    out.append(("", ""))
+    return out
 
 
-def render_rich(report: Report, console) -> None:
-    from rich.table import Table
+def _chosen_line(groups: list[DeathGroup]) -> list[Line]:
+    chosen = [g for g in groups if g.cause == "chose_to_exit"]
+    if not chosen:
+        return []
+    deaths = tuple(d for g in chosen for d in g.deaths)
+    kinds = ", ".join(f"{g.detail} {len(g.deaths)}" for g in chosen)
+    text = f"Chose to exit: {len(deaths)} ({kinds}): {_who(deaths, 8)}"
+    return [("ok", x) for x in _wrap(text)]
+
+
+def _read_line(report: Report, base: str | None, verbose: bool = False) -> list[Line]:
+    """What was read, so a reader knows the input was understood (and where the paths above are)."""
+    runtimes = "/".join(report.runtimes) or "no known"
+    text = (f"Read {len(report.files)} file(s), {report.lines:,} line(s) in {runtimes} format"
+            + (f" under {safe(from_here(base), 200)}" if base else "")
+            + f"; {len(report.workers)} worker(s), {len(report.incarnations)} incarnation(s) seen"
+            + ("." if verbose or not report.deaths else "; -v shows every death and line."))
+    return [("dim", x) for x in _wrap(text)]
+
+
+def _killed_lines(report: Report, group_of: dict[int, str], verbose: bool) -> list[Line]:
+    out: list[Line] = []
+    for k in report.killed_workers:
+        groups = sorted({group_of[id(d)] for d in k.deaths if id(d) in group_of})
+        counted = f"{len(k.deaths)} death(s) counted" + (f", in {', '.join(f'[{g}]' for g in groups)}" if groups else "")
+        out += [("killed", x) for x in _wrap(f"KilledWorker: task {safe(k.task, 200)}: blame looks {FAIR[k.fair]}; "
+                                             f"{counted}")]
+        for r in (k.reasons if verbose else k.reasons[:1]):
+            out += [("", x) for x in _wrap(safe(r, 400), "  ", first="  - ")]
+        if verbose:
+            for e in k.evidence[:4]:
+                out += [("", x) for x in _evidence_lines(e, None, "  ")]
+        for h in k.hints[:None if verbose else 1]:
+            out += [("fix", x) for x in _wrap(safe(h.text, 600), "  ", first=f"  fix ({h.runtime}): ")]
+    return out + ([("", "")] if out else [])
+
+
+def report_lines(report: Report, *, verbose: bool = False) -> list[Line]:
+    base = base_dir(report.files)
+    groups = group_deaths(report.deaths)
+    group_of = {id(d): g.id for g in groups for d in g.deaths}
+    bad = [g for g in groups if g.cause != "chose_to_exit"]
+    fails = bool(report.failures or report.killed_workers or report.task_errors)
+    out: list[Line] = [("verdict-bad" if fails else "verdict-ok", x) for x in _wrap("Verdict: " + report.verdict())]
+    todo = [g for g in bad if hint_for(g.deaths[0].hints, report.runtimes)]
+    if todo:
+        out.append(("", "What to do:"))
+        for g in todo:  # the one fix of each group, here and nowhere else (-v repeats it per death)
+            hint = hint_for(g.deaths[0].hints, report.runtimes)
+            text = f"[{g.id}] {len(g.deaths)}× {g.label}" + (f" ({safe(g.task, 40)})" if g.task else "") + ": "
+            out += [("fix", x) for x in _wrap(text + safe(hint.text, 800), "  ", first="  ")]
+    out.append(("", ""))
+    for g in bad:
+        out += _group_lines(g, report, base, verbose) + [("", "")]
+    if not report.deaths:
+        out.append(("", "No worker deaths found."))
+        out += _read_line(report, base) + [("", "")]
+    out += _killed_lines(report, group_of, verbose)
+    if report.task_errors:
+        out.append(("", f"Task errors (a task raised; no worker died): {len(report.task_errors)}"))
+        for t in report.task_errors[:10]:
+            ev = t.evidence[0] if t.evidence else None
+            where = f" ({safe(short(ev.file, base), 200)}:{ev.line})" if ev else ""
+            out += [("", x) for x in _wrap(f"{safe(t.task or '?', 120)}: {safe(t.exception or '?', 120)}{where}", "  ")]
+        out.append(("", ""))
+    if report.notes:
+        out.append(("killed", f"Cluster notes (not worker deaths): {len(report.notes)}"))
+        for n in report.notes:
+            out += [("", x) for x in _wrap(f"{when(n.at)} {safe(n.title, 200)}", "  ")]
+            out += [("", x) for x in _wrap(safe(n.text, 600), "    ")]
+            for e in n.evidence:
+                out.append(("", f"    {safe(short(e.file, base), 200)}:{e.line}"))
+            if n.advice:
+                out += [("fix", x) for x in _wrap(safe(n.advice, 600), "    ", first="    fix (kwdiag): ")]
+        out.append(("", ""))
+    out += _chosen_line(groups)
+    if report.deaths:
+        out += _read_line(report, base, verbose)
+    if verbose and report.deaths:
+        out += [("", ""), ("", "Every death:")]
+        for d in report.deaths:
+            out += _death_lines(d, base)
+    for p in report.problems:
+        out += [("problem", x) for x in _wrap(f"input {p.level}: {safe(p.path, 200)}: {safe(p.message, 400)}")]
+    return out
+
+
+def render_plain(report: Report, *, verbose: bool = False) -> str:
+    """Plain text: stable, no colour, no box drawing, at most 80 columns (a long word may run over)."""
+    lines = [text for _, text in _final(report_lines(report, verbose=verbose), report)]
+    return "\n".join(lines) + "\n"
+
+
+REPEAT_VERDICT_AFTER = 24  # lines: a report longer than a screen ends with its verdict again
+
+
+def _final(lines: list[Line], report: Report) -> list[Line]:
+    while lines and not lines[-1][1]:
+        lines.pop()
+    if len(lines) > REPEAT_VERDICT_AFTER:
+        lines = lines + [("", "")] + [(lines[0][0], x) for x in _wrap("Verdict: " + report.verdict())]
+    return lines
+
+
+STYLES = {"verdict-bad": "bold red", "verdict-ok": "bold green", "group-bad": "bold red", "group-unknown": "bold yellow",
+          "fix": "cyan", "memory": "magenta", "killed": "bold magenta", "ok": "green", "dim": "dim", "death": "bold",
+          "problem": "yellow"}
+
+
+def render_rich(report: Report, console, *, verbose: bool = False) -> None:
     from rich.text import Text
 
-    colour = {"chose_to_exit": "green", "unknown": "yellow"}
-    if report.deaths:
-        table = Table(title="Worker deaths", show_lines=False)
-        for col in ("worker", "#", "when", "cause", "detail", "confidence"):
-            table.add_column(col)
-        for d in report.deaths:
-            table.add_row(Text(safe(d.worker, 40)), Text(str(d.incarnation)), Text(when(d.at)),
-                          Text(d.cause, style=colour.get(d.cause, "red")), Text(safe(d.detail, 40)),
-                          Text(conf(d.confidence)))
-        console.print(table)
-        for d in report.deaths:
-            t = Text()
-            t.append(f"{safe(d.worker)} #{d.incarnation}: ", style="bold")
-            t.append(f"{d.cause}/{safe(d.detail)}", style=colour.get(d.cause, "bold red"))
-            t.append(f" (confidence {conf(d.confidence)})")
-            console.print(t)
-            buf: list[str] = []
-            _plain_death(d, buf.append)
-            for line in buf[1:]:
-                style = ("cyan" if line.lstrip().startswith("fix (")
-                         else "magenta" if line.lstrip().startswith("memory ") else None)
-                console.print(Text(line, style=style), soft_wrap=True)
-    else:
-        console.print(Text("No worker deaths found."))
-    buf = []
-    tail = render_plain(Report(killed_workers=report.killed_workers, task_errors=report.task_errors,
-                               problems=report.problems, notes=report.notes))
-    for line in tail.splitlines()[2:-1]:
-        buf.append(line)
-    for line in buf:
-        style = "bold magenta" if line.startswith(("KilledWorker", "Cluster notes")) else None
-        console.print(Text(line, style=style), soft_wrap=True)
-    fails = bool(report.failures or report.killed_workers)
-    console.print(Text(f"Verdict: {report.verdict()}", style="bold red" if fails else "bold green"))
+    for style, text in _final(report_lines(report, verbose=verbose), report):
+        console.print(Text(text, style=STYLES.get(style, "")), soft_wrap=True)
 
 
-def render_terminal(report: Report, out: TextIO | None = None, *, force_terminal: bool | None = None) -> None:
+def render_terminal(report: Report, out: TextIO | None = None, *, force_terminal: bool | None = None,
+                    verbose: bool = False) -> None:
     out = out or sys.stdout
     is_tty = force_terminal if force_terminal is not None else (hasattr(out, "isatty") and out.isatty())
     if not is_tty:
-        out.write(render_plain(report))
+        out.write(render_plain(report, verbose=verbose))
         return
     from rich.console import Console
 
     console = Console(file=out, force_terminal=True, no_color=bool(os.environ.get("NO_COLOR")),
                       highlight=False, markup=False, emoji=False)
-    render_rich(report, console)
+    render_rich(report, console, verbose=verbose)

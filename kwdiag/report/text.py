@@ -1,8 +1,14 @@
-"""Shared helpers for reporters: short human formats (times, confidences). Escaping is ``kwdiag.escape``."""
+"""Shared helpers for reporters: short human formats (times, confidences), evidence paths relative to the
+inputs' folder, the one fix and the proving lines a grouped report shows. Escaping is ``kwdiag.escape``."""
 
 from __future__ import annotations
 
+import os
 import time
+
+from kwdiag.analysis.model import Death, Evidence, Hint
+
+EVIDENCE_PER_GROUP = 3
 
 
 def when(ts: float | None, *, utc: bool = False) -> str:
@@ -15,3 +21,43 @@ def when(ts: float | None, *, utc: bool = False) -> str:
 
 def conf(c: float) -> str:
     return f"{c:.2f}"
+
+
+def base_dir(files: tuple[str, ...]) -> str | None:
+    """The folder every input lies in (so evidence paths can be shown relative to it), if any."""
+    dirs = [os.path.dirname(os.path.abspath(f)) for f in files if f and f != "-" and not f.startswith("<")]
+    if not dirs:
+        return None
+    try:
+        return os.path.commonpath(dirs)
+    except ValueError:  # different drives
+        return None
+
+
+def short(path: str, base: str | None) -> str:
+    if base and path and not path.startswith("<"):
+        full = os.path.abspath(path)
+        if full.startswith(base + os.sep):
+            return os.path.relpath(full, base)
+    return path
+
+
+def from_here(path: str) -> str:
+    """``path`` relative to the current directory when it lies below it."""
+    here = os.getcwd()
+    return os.path.relpath(path, here) if path.startswith(here + os.sep) else path
+
+
+def hint_for(hints: tuple[Hint, ...], runtimes: tuple[str, ...]) -> Hint | None:
+    """The one fix to show: written for the runtime of the logs (Dask's for Dask logs), else the first."""
+    for rt in (*runtimes, "kwdiag", "dask", "any"):
+        for h in hints:
+            if h.runtime == rt:
+                return h
+    return hints[0] if hints else None
+
+
+def proof(d: Death) -> list[Evidence]:
+    """The one to three lines that prove the cause: those of the rules that decided it, else the first."""
+    deciding = [e for e in d.evidence if e.rule and e.rule in d.rules]
+    return (deciding or list(d.evidence))[:EVIDENCE_PER_GROUP]
