@@ -76,7 +76,8 @@ def test_the_text_report_gives_the_answer_first_one_fix_per_group_in_80_columns(
     head = "\n".join(lines[:8])
     assert "What to do:" in head and "[g1] 2× sudden_exit/segfault" in head
     assert " ".join(text.split()).count("Check the stderr tail in the event") == 1   # one fix for both deaths
-    assert "in [g1]" in text   # KilledWorker blame refers to the group instead of repeating it
+    # a fair KilledWorker is told on its group's line instead of repeating the deaths and the fix
+    assert "task segfault-task (KilledWorker, blame fair)" in text and "\nKilledWorker" not in text
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
     assert "Chose to exit: 2" in text and "/work/" not in text   # paths relative to the inputs
 

@@ -277,8 +277,14 @@ def test_demo_diagnoses_every_death_correctly(tmp_path):
     assert deaths.pop("version_mismatch/package_versions") == 1
     assert set(deaths) == {"chose_to_exit/shutdown"}
     err = result.stderr.decode()
-    assert err.count("blame looks fair") == 2                     # memory-hog and segfault: KilledWorker, fairly
+    assert err.count("(KilledWorker, blame fair)") == 2           # memory-hog and segfault: KilledWorker, fairly
     assert "kwdiag_demo_plugin_not_installed" in err              # the fix names the missing module
+    # The report: the answer and the fixes first, one fix per group, under 50 lines, 80 columns.
+    report = err[err.index("\nVerdict: "):err.index("\nRun: ")].strip("\n").splitlines()
+    assert report[0].startswith("Verdict: 6 worker death(s) need attention") and report[1] == "What to do:"
+    assert [line.split()[0] for line in report[2:] if line.startswith("  [g")] == ["[g1]", "[g2]", "[g3]", "[g4]"]
+    assert len(report) < 50 and max(len(line) for line in report) <= 80, "\n".join(report)
+    assert " ".join(err.split()).count("start workers with more memory") == 1   # two memory deaths, one fix
 
 
 def test_the_secret_never_reaches_the_run_directory_or_the_output(tmp_path):

@@ -246,12 +246,16 @@ class Report:
     def input_errors(self) -> tuple[InputProblem, ...]:
         return tuple(p for p in self.problems if p.level == "error")
 
-    def verdict(self) -> str:
+    def verdict(self, *, brief: bool = False) -> str:
         """One line: the overall result. A KilledWorker or a task error is a failure even when no death in
-        the input explains it: the line then says so, never "no failures"."""
+        the input explains it: the line then says so, never "no failures". ``brief``: without the count per
+        cause (a grouped report lists the causes right below)."""
         fails = self.failures
         chosen = len(self.deaths) - len(fails)
-        if fails:
+        if fails and brief:
+            kinds = len({(d.cause, d.detail) for d in fails})
+            base = f"{len(fails)} worker death(s) need attention, of {kinds} kind(s)"
+        elif fails:
             from collections import Counter
 
             counts = Counter(f"{d.cause}/{d.detail}" for d in fails)

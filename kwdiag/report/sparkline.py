@@ -42,8 +42,9 @@ def blocks(values: list[float], top: float) -> str:
     return "".join(out)
 
 
-def sparkline(trace: MemoryTrace | None, width: int = WIDTH) -> str | None:
-    """The sparkline text for ``trace``, or None when it has no samples."""
+def sparkline(trace: MemoryTrace | None, width: int = WIDTH, *, brief: bool = False) -> str | None:
+    """The sparkline text for ``trace``, or None when it has no samples; ``brief``: the blocks and the peak
+    against the limit only (one 80-column line in a grouped report)."""
     if trace is None or not trace.samples:
         return None
     values = [v for _, v in trace.samples]
@@ -52,8 +53,10 @@ def sparkline(trace: MemoryTrace | None, width: int = WIDTH) -> str | None:
     line = "memory " + blocks(resample(values, width), top) + f" peak {format_bytes(peak)}"
     if trace.limit:
         line += f" of {format_bytes(trace.limit)} limit"
-        if trace.terminate_at:
+        if trace.terminate_at and not brief:
             line += f" (terminate at {format_bytes(trace.terminate_at)})"
+    if brief:
+        return line
     span = trace.samples[-1][0] - trace.samples[0][0]
     line += f", {len(values)} sample{'s' if len(values) != 1 else ''}"
     if span > 0:

@@ -23,11 +23,11 @@ from collections import Counter
 from typing import TextIO
 
 from kwdiag.analysis.groups import DeathGroup, group_deaths
+from kwdiag.analysis.groups import task_family as _family
 from kwdiag.analysis.model import Death, Evidence, Report
 from kwdiag.escape import safe
 from kwdiag.report.sparkline import sparkline
 from kwdiag.report.text import base_dir, conf, from_here, hint_for, proof, short, when
-from kwdiag.units import format_bytes
 
 WIDTH = 80
 FAIR = {True: "fair", False: "unfair", None: "cannot tell"}
@@ -47,16 +47,13 @@ def _who(deaths: tuple[Death, ...], limit: int = 6) -> str:
     return ", ".join(names)
 
 
-def _figures(g: DeathGroup, *, peak: bool = True) -> str:
-    """The figures a reader checks first: the task, memory against the limit, the pid of a lone death."""
+def _figures(g: DeathGroup, *, killed: bool = False) -> str:
+    """The figures a reader checks first: the task, the pid and time of a lone death (memory against the
+    limit is the sparkline's)."""
     d = g.deaths[0]
     out = []
     if g.task:
-        out.append(f"task {safe(g.task, 60)}")
-    peaks = [x.memory.peak for x in g.deaths if x.memory and x.memory.peak]
-    limit = next((x.memory.limit for x in g.deaths if x.memory and x.memory.limit), None)
-    if peaks and peak:
-        out.append(f"peak {format_bytes(max(peaks))}" + (f" of {format_bytes(limit)} limit" if limit else ""))
+        out.append(f"task {safe(g.task, 60)}" + (" (KilledWorker, blame fair)" if killed else ""))
     if len(g.deaths) == 1 and d.pid:
         out.append(f"pid {d.pid}")
     if len(g.deaths) == 1 and d.at is not None:
@@ -64,38 +61,92 @@ def _figures(g: DeathGroup, *, peak: bool = True) -> str:
     return "; ".join(out)
 
 
-def _evidence_lines(e: Evidence, base: str | None, indent: str) -> list[str]:
-    """``file:line: text``; a message of several lines (a traceback, a version table) keeps its lines,
-    each with its own line number, instead of being squeezed into one."""
-    where = short(e.file, base)
-    parts = e.text.split("\n")
-    out: list[str] = []
-    for i, part in enumerate(parts[:12]):
-        out += _wrap(safe(part.rstrip(), 500), indent + "  ", first=f"{indent}{safe(where, 120)}:{e.line + i}: ")
-    if len(parts) > 12:
-        out.append(f"{indent}  … {len(parts) - 12} more line(s)")
+SPARK_WIDTH = 24  # blocks: the grouped line fits 80 columns with its figures
+CONTINUATION_LINES = 2  # of a multi-line message in the grouped report (-v: all, up to VERBOSE_LINES)
+VERBOSE_LINES = 40
+_NOISE = set(" ^~+-=")  # a traceback's carets, a table's borders
+
+
+def _fit(text: str, width: int) -> str:
+    """One line cut to ``width`` columns (code, tables: wrapping would break them)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _evidence_lines(e: Evidence, base: str | None, indent: str, *, verbose: bool = True,
+                    seen: set[tuple[str, ...]] | None = None) -> list[str]:
+    """``file:line: text``. A message of several lines (a traceback, a version table) keeps its lines,
+    indented below the first, each cut to the width; in a text log each has its own line number (the
+    lines follow each other in the file), in JSONL they are one event's message (one line number). The
+    grouped report keeps the last ``CONTINUATION_LINES`` (a traceback ends with its error) and drops
+    caret-only lines and a message already shown in full (the scheduler's and the worker's copy of one
+    version table)."""
+    where = safe(short(e.file, base), 120)
+    first, *rest = e.text.split("\n")
+    out = _wrap(safe(first.rstrip(), 500), indent + "  ", first=f"{indent}{where}:{e.line}: ")
+    rest = [r.rstrip() for r in rest if r.strip() and not set(r) <= _NOISE]
+    keep = VERBOSE_LINES if verbose else CONTINUATION_LINES
+    key = tuple(rest[-keep:])
+    if seen is not None:
+        if rest and key in seen:
+            return out
+        seen.add(key)
+    numbered = not e.file.endswith(".jsonl")
+    if len(rest) > keep:  # the lines left out are the middle of a traceback: -v shows them
+        offset, rest = len(rest) - keep, rest[-keep:]
+    else:
+        offset = 0
+    for i, part in enumerate(rest, 1 + offset):
+        label = f"{indent}  {e.line + i}: " if numbered else f"{indent}  "
+        out.append(label + _fit(safe(part, 500), WIDTH - len(label)))
     return out
 
 
-def _group_lines(g: DeathGroup, report: Report, base: str | None, verbose: bool) -> list[Line]:
+MEMORY_CAUSES = {"nanny_memory_restart"}
+NEAR_THE_LIMIT = 0.8
+
+
+def _memory_matters(g: DeathGroup, trace) -> bool:
+    """Memory is worth a line for a memory death, or when the worker was near its limit whatever the
+    cause (a SIGKILL at 95 % of the limit is likely the kernel's OOM killer); not beside a segfault at 10 %."""
+    if trace is None:
+        return False
+    if g.cause in MEMORY_CAUSES or "memory" in g.detail or g.detail == "oom_killer":
+        return True
+    return bool(trace.limit and trace.peak and trace.peak >= NEAR_THE_LIMIT * trace.limit)
+
+
+def _told_in_groups(report: Report, group_of: dict[int, str]) -> dict[str, list[str]]:
+    """KilledWorker tasks whose blame is fair and whose counted deaths are all in one group: group id ->
+    tasks. The group's line says so, and the KilledWorker needs no lines of its own."""
+    out: dict[str, list[str]] = {}
+    for k in report.killed_workers:
+        ids = {group_of.get(id(d)) for d in k.deaths}
+        if k.fair is True and len(ids) == 1 and None not in ids:
+            out.setdefault(ids.pop(), []).append(k.task)
+    return out
+
+
+def _group_lines(g: DeathGroup, report: Report, base: str | None, verbose: bool,
+                 killed: list[str] = ()) -> list[Line]:
+    """A group in a few lines: what happened and to whom, its figures, the lines that prove it. Its fix is
+    in "What to do" (once); ``-v`` repeats it here and lists every death below."""
     n = len(g.deaths)
-    head = f"[{g.id}] {g.label}: {n} death{'s' if n > 1 else ''} ({_who(g.deaths)})"
-    out: list[Line] = [("group-" + ("bad" if g.failure else "unknown"), x) for x in _wrap(head)]
     d = g.deaths[0]
-    if d.summary:
-        out += [("", x) for x in _wrap(safe(d.summary, 300), "    ")]
-    spark = sparkline(max((x.memory for x in g.deaths if x.memory and x.memory.samples), default=None,
-                          key=lambda m: m.peak or 0))
-    figures = _figures(g, peak=not spark)  # the sparkline states the peak against the limit itself
-    if figures:
-        out += [("", x) for x in _wrap(figures, "    ")]
+    head = f"[{g.id}] {n}× {g.label}" + (f": {safe(d.summary, 200)}" if d.summary else "")
+    out: list[Line] = [("group-" + ("bad" if g.failure else "unknown"), x) for x in _wrap(head)]
+    trace = max((x.memory for x in g.deaths if x.memory and x.memory.samples), default=None,
+                key=lambda m: m.peak or 0)
+    spark = sparkline(trace, width=SPARK_WIDTH, brief=True) if _memory_matters(g, trace) else None
+    own = [t for t in killed if g.task and t and _family(t) == g.task]
+    others = [t for t in killed if t not in own]
+    told = f"KilledWorker {', '.join(safe(t, 60) for t in others)} (blame fair)" if others else ""
+    figures = "; ".join(x for x in (_who(g.deaths), _figures(g, killed=bool(own)), told) if x)
+    out += [("", x) for x in _wrap(figures, "    ")]
     if spark:
         out += [("memory", x) for x in _wrap(spark, "    ")]
-    if not verbose:
-        label = f"    evidence ({safe(d.worker, 40)} #{d.incarnation}):" if n > 1 else "    evidence:"
-        out.append(("", label))
-        for e in proof(d):
-            out += [("", x) for x in _evidence_lines(e, base, "      ")]
+    seen: set[tuple[str, ...]] = set()
+    for e in proof(d):
+        out += [("", x) for x in _evidence_lines(e, base, "    ", verbose=verbose, seen=seen)]
     if verbose:
         hint = hint_for(d.hints, report.runtimes)
         if hint is not None:
@@ -148,26 +199,32 @@ def _chosen_line(groups: list[DeathGroup]) -> list[Line]:
 def _read_line(report: Report, base: str | None, verbose: bool = False) -> list[Line]:
     """What was read, so a reader knows the input was understood (and where the paths above are)."""
     runtimes = "/".join(report.runtimes) or "no known"
-    text = (f"Read {len(report.files)} file(s), {report.lines:,} line(s) in {runtimes} format"
-            + (f" under {safe(from_here(base), 200)}" if base else "")
-            + f"; {len(report.workers)} worker(s), {len(report.incarnations)} incarnation(s) seen"
-            + ("." if verbose or not report.deaths else "; -v shows every death and line."))
+    text = (f"Read {len(report.files)} file(s), {report.lines:,} line(s), {runtimes} format"
+            + (f" under {safe(from_here(base), 200)}" if base and (verbose or not report.deaths) else "")
+            + f"; {len(report.workers)} worker(s), {len(report.incarnations)} incarnation(s)"
+            + ("." if verbose or not report.deaths else "; -v: every death."))
     return [("dim", x) for x in _wrap(text)]
 
 
-def _killed_lines(report: Report, group_of: dict[int, str], verbose: bool) -> list[Line]:
+def _killed_lines(report: Report, group_of: dict[int, str], verbose: bool, told: set[str] = frozenset()) -> list[Line]:
+    """One line per KilledWorker when its blame is fair and its deaths are in the groups above (their fix is
+    the task's fix); the reasons and the advice when the blame is unfair or cannot be told, or with ``-v``."""
     out: list[Line] = []
     for k in report.killed_workers:
+        if k.task in told and not verbose:
+            continue  # its group's line names it
         groups = sorted({group_of[id(d)] for d in k.deaths if id(d) in group_of})
         counted = f"{len(k.deaths)} death(s) counted" + (f", in {', '.join(f'[{g}]' for g in groups)}" if groups else "")
         out += [("killed", x) for x in _wrap(f"KilledWorker: task {safe(k.task, 200)}: blame looks {FAIR[k.fair]}; "
                                              f"{counted}")]
-        for r in (k.reasons if verbose else k.reasons[:1]):
+        if k.fair is True and groups and not verbose:
+            continue
+        for r in k.reasons:
             out += [("", x) for x in _wrap(safe(r, 400), "  ", first="  - ")]
         if verbose:
             for e in k.evidence[:4]:
                 out += [("", x) for x in _evidence_lines(e, None, "  ")]
-        for h in k.hints[:None if verbose else 1]:
+        for h in k.hints:
             out += [("fix", x) for x in _wrap(safe(h.text, 600), "  ", first=f"  fix ({h.runtime}): ")]
     return out + ([("", "")] if out else [])
 
@@ -178,21 +235,23 @@ def report_lines(report: Report, *, verbose: bool = False) -> list[Line]:
     group_of = {id(d): g.id for g in groups for d in g.deaths}
     bad = [g for g in groups if g.cause != "chose_to_exit"]
     fails = bool(report.failures or report.killed_workers or report.task_errors)
-    out: list[Line] = [("verdict-bad" if fails else "verdict-ok", x) for x in _wrap("Verdict: " + report.verdict())]
+    out: list[Line] = [("verdict-bad" if fails else "verdict-ok", x)
+                       for x in _wrap("Verdict: " + report.verdict(brief=not verbose))]
     todo = [g for g in bad if hint_for(g.deaths[0].hints, report.runtimes)]
     if todo:
         out.append(("", "What to do:"))
         for g in todo:  # the one fix of each group, here and nowhere else (-v repeats it per death)
             hint = hint_for(g.deaths[0].hints, report.runtimes)
-            text = f"[{g.id}] {len(g.deaths)}× {g.label}" + (f" ({safe(g.task, 40)})" if g.task else "") + ": "
+            text = f"[{g.id}] {safe(g.detail, 40)} ×{len(g.deaths)}" + (f" ({safe(g.task, 40)})" if g.task else "") + ": "
             out += [("fix", x) for x in _wrap(text + safe(hint.text, 800), "  ", first="  ")]
     out.append(("", ""))
+    told = _told_in_groups(report, group_of)
     for g in bad:
-        out += _group_lines(g, report, base, verbose) + [("", "")]
+        out += _group_lines(g, report, base, verbose, told.get(g.id, [])) + [("", "")]
     if not report.deaths:
         out.append(("", "No worker deaths found."))
         out += _read_line(report, base) + [("", "")]
-    out += _killed_lines(report, group_of, verbose)
+    out += _killed_lines(report, group_of, verbose, {t for ts in told.values() for t in ts})
     if report.task_errors:
         out.append(("", f"Task errors (a task raised; no worker died): {len(report.task_errors)}"))
         for t in report.task_errors[:10]:
@@ -224,17 +283,17 @@ def report_lines(report: Report, *, verbose: bool = False) -> list[Line]:
 
 def render_plain(report: Report, *, verbose: bool = False) -> str:
     """Plain text: stable, no colour, no box drawing, at most 80 columns (a long word may run over)."""
-    lines = [text for _, text in _final(report_lines(report, verbose=verbose), report)]
+    lines = [text for _, text in _final(report_lines(report, verbose=verbose), report, verbose)]
     return "\n".join(lines) + "\n"
 
 
-REPEAT_VERDICT_AFTER = 24  # lines: a report longer than a screen ends with its verdict again
+REPEAT_VERDICT_AFTER = 24  # lines: a -v report longer than a screen ends with its verdict again
 
 
-def _final(lines: list[Line], report: Report) -> list[Line]:
+def _final(lines: list[Line], report: Report, verbose: bool) -> list[Line]:
     while lines and not lines[-1][1]:
         lines.pop()
-    if len(lines) > REPEAT_VERDICT_AFTER:
+    if len(lines) > REPEAT_VERDICT_AFTER and verbose:
         lines = lines + [("", "")] + [(lines[0][0], x) for x in _wrap("Verdict: " + report.verdict())]
     return lines
 
@@ -247,7 +306,7 @@ STYLES = {"verdict-bad": "bold red", "verdict-ok": "bold green", "group-bad": "b
 def render_rich(report: Report, console, *, verbose: bool = False) -> None:
     from rich.text import Text
 
-    for style, text in _final(report_lines(report, verbose=verbose), report):
+    for style, text in _final(report_lines(report, verbose=verbose), report, verbose):
         console.print(Text(text, style=STYLES.get(style, "")), soft_wrap=True)
 
 
