@@ -105,7 +105,7 @@ def _build_exception(key: str, error: dict) -> BaseException:
     kind = error.get("type")
     if kind == "killed-worker":
         return KilledWorker(error["key"], error.get("last_worker"), error.get("allowed_failures", 3),
-                            error.get("workers"))
+                            error.get("workers"), error.get("log_dir"))
     if kind == "scattered-lost":
         return ScatteredDataLost(error["key"], error.get("worker"), error.get("message"))
     if kind == "exception":

@@ -5,7 +5,9 @@ folder) and failing early if it cannot be written; starting the scheduler and wo
 separate processes that share a freshly generated secret (passed in the environment, never on
 a command line), each with its stderr captured to ``<log_dir>/<name>.log``; waiting until the
 workers have registered; scaling; and closing everything — also when the owning process
-forgets to, or dies (children watch their parent).
+forgets to, or dies (children watch their parent). On close the scheduler file (it holds the
+secret) is deleted, and a temporary log folder is removed unless a worker died in it (then a
+log line names it).
 
 Does not cover: talking to the cluster on a user's behalf (``Client`` does), or remote hosts.
 """
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
 import secrets
+import shutil
 import subprocess
 import tempfile
 import time
@@ -29,6 +33,7 @@ from kwdiag.runtime.identity import read_scheduler_file
 from kwdiag.runtime.loopthread import LoopThread
 from kwdiag.runtime.spawn import child_env, entry_command
 
+logger = logging.getLogger("kwdiag.cluster")
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
 
 
@@ -73,6 +78,8 @@ class LocalCluster:
             import psutil
             memory_limit = psutil.virtual_memory().total // max(1, n_workers)
         self.memory_limit = config_mod.parse_bytes(memory_limit)
+        # A folder of our own making is removed on a clean close (kept, and named, when a worker died).
+        self._temporary_log_dir = not (log_dir or os.environ.get("KWDIAG_LOG_DIR"))
         self.log_dir = os.path.abspath(log_dir or os.environ.get("KWDIAG_LOG_DIR") or
                                        tempfile.mkdtemp(prefix="kwdiag-cluster-"))
         check_log_dir(self.log_dir)
@@ -227,6 +234,23 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self._leave_no_litter()
+
+    def _leave_no_litter(self) -> None:
+        """The scheduler file holds the cluster's secret: it goes whatever happened. A temporary log folder
+        goes too after a clean run; when a worker died it stays, and a log line says where and how to read it."""
+        try:
+            os.unlink(self.scheduler_file)
+        except OSError:
+            pass
+        if not self._temporary_log_dir:
+            return
+        died = deaths_recorded(self.log_dir)
+        if died:
+            logger.warning("kwdiag: %d worker death(s) recorded; logs kept in %s (kwdiag explain %s says why)",
+                           died, self.log_dir, self.log_dir)
+        else:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalCluster":
         return self
@@ -241,10 +265,37 @@ class LocalCluster:
 MIN_FREE_BYTES = 16 * 2**20  # below this at start, events would soon be lost to a full disk
 
 
+# A nanny's record of an exit it did not cause (or caused for memory or a missed heartbeat) is a death.
+_DELIBERATE = {"shutdown", "signal", "restart"}
+
+
+def deaths_recorded(log_dir: str) -> int:
+    """How many worker deaths the nannies and workers of ``log_dir`` recorded (their JSONL events): exits
+    the nanny did not cause on request, fatal errors, start-up failures. A clean close counts none."""
+    from kwdiag.events import EventDecodeError, from_json_line
+
+    count = 0
+    for name in os.listdir(log_dir):
+        if not name.endswith(".jsonl"):
+            continue
+        try:
+            with open(os.path.join(log_dir, name), "rb") as f:
+                for line in f:
+                    if b'"worker-exit"' not in line and b'"worker-fatal"' not in line and b'"worker-startup' not in line:
+                        continue
+                    try:
+                        e = from_json_line(line)
+                    except EventDecodeError:
+                        continue
+                    if e.kind != "worker-exit" or (e.get("exitcode") != 0 and e.get("caused_by") not in _DELIBERATE):
+                        count += 1
+        except OSError:
+            continue
+    return count
+
+
 def check_log_dir(path: str) -> None:
     """Fail at start, clearly, where events could not be recorded: unwritable, or a disk (nearly) full."""
-    import shutil
-
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".kwdiag-write-test-{os.getpid()}")

@@ -10,21 +10,24 @@ from kwdiag.runtime.comm import CommClosedError
 class KilledWorker(Exception):
     """A task was running on ``allowed_failures + 1`` workers that all died: the task is blamed."""
 
-    def __init__(self, task: str, last_worker: str, allowed_failures: int = 3, workers: list | None = None):
+    def __init__(self, task: str, last_worker: str, allowed_failures: int = 3, workers: list | None = None,
+                 log_dir: str | None = None):
         super().__init__(task, last_worker, allowed_failures)
         self.task = task
         self.last_worker = last_worker
         self.allowed_failures = allowed_failures
         self.workers = list(workers or [])
+        self.log_dir = log_dir  # where the cluster's logs are kept (the scheduler's log folder)
 
     def __reduce__(self):
-        return (type(self), (self.task, self.last_worker, self.allowed_failures, self.workers))
+        return (type(self), (self.task, self.last_worker, self.allowed_failures, self.workers, self.log_dir))
 
     def __str__(self) -> str:
+        where = f"`kwdiag explain {self.log_dir}`" if self.log_dir else "`kwdiag explain LOG_DIR`"
         return (f"Attempted to run task {self.task!r} on {self.allowed_failures + 1} different workers, but all those "
                 f"workers died while running it. The last worker that attempted to run the task was "
                 f"{self.last_worker}. Inspecting worker logs is often a good next step to diagnose what went wrong: "
-                f"`kwdiag explain LOG_DIR` says why each one died.")
+                f"{where} says why each one died.")
 
 
 class ScatteredDataLost(KeyError):

@@ -785,6 +785,7 @@ class Scheduler:
         for ts in killed:
             error = {"type": "killed-worker", "key": ts.key, "last_worker": ws.address,
                      "allowed_failures": self.allowed_failures, "workers": list(ts.death_workers),
+                     "log_dir": self.log_dir,
                      "message": f"Attempted to run task {ts.key!r} on {ts.suspicious} different workers, but all "
                                 f"those workers died while running it. The last worker that attempted to run the "
                                 f"task was {ws.address}."}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -320,3 +321,51 @@ def test_restart_kills_every_worker_flushes_state_and_brings_them_back(log_dir):
         assert len(exits) == 2 and all(e.fields["caused_by"] == "restart" for e in exits)
         assert read_events(log_dir, "restart", source="scheduler")
         assert client.submit(inc, 5).result(timeout=30) == 6
+
+
+# ---------------------------------------------------------------------- no litter in the temporary folder
+LITTER_JOB = """
+import os, sys
+from kwdiag.runtime import Client, KilledWorker, LocalCluster
+
+def dies():
+    os._exit(3)
+
+# no log_dir, as a Dask user writes it
+with LocalCluster(n_workers=1, memory_limit="1GiB", config={"allowed_failures": 0}) as cluster, Client(cluster) as client:
+    folder = cluster.log_dir
+    assert client.submit(sum, [1, 2]).result() == 3
+    if sys.argv[1] == "die":
+        try:
+            client.submit(dies).result(timeout=120)
+        except KilledWorker as exc:
+            print("KILLED", exc)
+print("FOLDER", folder)
+"""
+
+
+@pytest.mark.parametrize("outcome", ["clean", "die"])
+def test_a_temporary_log_folder_goes_on_a_clean_close_and_stays_named_when_a_worker_died(tmp_path, outcome):
+    """A cluster made without ``log_dir`` writes to a fresh temporary folder: a clean close removes it; a death
+    keeps it and says where (the KilledWorker message, a closing log line). The scheduler file, which holds the
+    cluster's secret, is deleted either way."""
+    from kwdiag.runtime.spawn import child_env, script_command
+
+    (tmp_path / "job.py").write_text(LITTER_JOB)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = child_env({"TMPDIR": str(tmp)})
+    env.pop("KWDIAG_LOG_DIR", None)
+    result = subprocess.run(script_command(str(tmp_path / "job.py"), outcome), env=env, cwd=tmp_path,
+                            capture_output=True, timeout=300)
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 0, err[-3000:]
+    folder = out.split("FOLDER ", 1)[1].strip()
+    assert folder.startswith(str(tmp)) and os.path.basename(folder).startswith("kwdiag-cluster-")
+    if outcome == "clean":
+        assert not os.path.exists(folder) and not list(tmp.iterdir())
+    else:
+        assert os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "scheduler.json"))
+        assert f"kwdiag explain {folder}" in out                   # the KilledWorker names the folder
+        assert f"logs kept in {folder}" in err                     # and so does the closing log line
+        assert any(name.endswith(".jsonl") for name in os.listdir(folder))

@@ -100,8 +100,4 @@ class EmbeddedBackend:
         if self.client is not None:
             self.client.close()
         if self.cluster is not None:
-            self.cluster.close()
-            try:
-                os.unlink(self.cluster.scheduler_file)  # the shared secret does not stay in the run directory
-            except FileNotFoundError:
-                pass
+            self.cluster.close()  # deletes the scheduler file: the shared secret does not stay in the run directory
