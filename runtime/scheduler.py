@@ -309,6 +309,7 @@ class Scheduler:
                 self._remove_worker(other, how="connection-closed", expected=False)
         ws = WorkerState(address, name, int(msg.get("nthreads") or 1), stream)
         ws.memory_limit = msg.get("memory_limit")
+        ws.memory = msg.get("memory")  # known from registration on, not only from the first heartbeat
         ws.nanny = msg.get("nanny")
         ws.pid = msg.get("pid")
         ws.incarnation = int(msg.get("incarnation") or 0)

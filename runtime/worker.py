@@ -171,7 +171,7 @@ class Worker:
         try:
             reply = await stream.request(
                 "register-worker", address=self.address, name=self.name, nthreads=self.nthreads,
-                memory_limit=self.memory_limit, nanny=self.nanny_address, pid=os.getpid(),
+                memory_limit=self.memory_limit, memory=_resident_bytes(), nanny=self.nanny_address, pid=os.getpid(),
                 incarnation=self.incarnation, versions=self.versions,
                 data={k: _sizeof(v) for k, v in self.data.items()}, executing=sorted(self.executing),
                 queued=[k for k in self.specs if k not in self.executing], lost_at=self.lost_at)

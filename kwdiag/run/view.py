@@ -140,7 +140,8 @@ class LiveView:
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
         for column in ("worker", "memory", "", "tasks", "restarts"):
             table.add_column(column)
-        for w in s.workers:
+        shown, hidden = _rows_that_fit(s.workers, self.console.size.height)
+        for w in shown:
             limit, memory = w.get("memory_limit"), w.get("memory")
             gauge = ""
             style = "green"
@@ -151,6 +152,9 @@ class LiveView:
             used = f"{format_bytes(memory)} / {format_bytes(limit)}" if limit else format_bytes(memory)
             table.add_row(Text(safe(w["name"], 40)), Text(used), Text(gauge, style=style),
                           str(w.get("executing", 0)), str(w.get("restarts", 0)))
+        if hidden:
+            table.add_row(Text(f"+{len(hidden)} more", style="dim"), Text(_memory_range(hidden), style="dim"), "",
+                          str(sum(w.get("executing", 0) for w in hidden)), str(sum(w.get("restarts", 0) for w in hidden)))
         return Group(head, table)
 
     def update(self, state: ClusterState) -> None:
@@ -195,6 +199,35 @@ class LiveView:
                 self._partial[stream] = ""
         self.live.stop()
         self.console.print(self._render())
+
+
+# Lines the live view keeps for itself besides the worker rows: the progress line, the table's header, the
+# "+N more" row, and room for the lines printed above it (deaths, job output) not to scroll it away.
+VIEW_MARGIN = 6
+
+
+def _memory_fraction(w: dict[str, Any]) -> float:
+    limit, memory = w.get("memory_limit"), w.get("memory")
+    return memory / limit if limit and memory else -1.0
+
+
+def _rows_that_fit(workers: list[dict[str, Any]], height: int) -> tuple[list, list]:
+    """The workers to show one per row (the view stays one screen high): all when they fit, else those
+    nearest their memory limit first (they are the ones about to die), the rest summed up in one row."""
+    room = max(3, height - VIEW_MARGIN)
+    if len(workers) <= room:
+        return workers, []
+    ranked = sorted(workers, key=lambda w: (-_memory_fraction(w), -w.get("restarts", 0), w["name"]))
+    shown = {id(w) for w in ranked[: room - 1]}
+    return [w for w in workers if id(w) in shown], [w for w in workers if id(w) not in shown]
+
+
+def _memory_range(workers: list[dict[str, Any]]) -> str:
+    values = [w["memory"] for w in workers if w.get("memory")]
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    return format_bytes(low) if low == high else f"{format_bytes(low)} – {format_bytes(high)}"
 
 
 def make_view(job: str, run_dir: str):
