@@ -21,6 +21,7 @@ requested size; people look at it).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import shutil
@@ -84,6 +85,8 @@ PROBE = """<script>
             visible: hit === e}; });
   r.kw_lines = all('#timeline g.killed-worker line').map(box);
   r.kw_rings = all('#timeline circle.kw-counted').map(box);
+  r.kw_labels = all('#timeline text.kw-label').map(function (e) {
+    var c = e.getBoundingClientRect(); return [c.left, c.top, c.width, c.height]; });
   r.charts = all('svg.memory-chart').map(function (s) {
     var c = s.getBoundingClientRect(), line = s.querySelector('polyline.rss');
     var lim = s.querySelector('line.limit'), term = s.querySelector('line.terminate');
@@ -329,3 +332,76 @@ def test_absurd_memory_values_give_a_bounded_page(tmp_path):
     assert report.deaths, "the death is still found"
     page = render_html(report)
     assert page.count("<line") < 400, page.count("<line")
+
+
+# ------------------------------------------------------------------ many deaths, crowded KilledWorkers
+def _crowded_report(workers: int, deaths_each: int, killed: int):
+    """A synthetic report (the analysis is tested elsewhere): ``workers`` workers each restarted
+    ``deaths_each`` times over 100 s, and ``killed`` KilledWorker tasks within one second of each other."""
+    from kwdiag.analysis import Death, IncarnationSpan, KilledWorkerBlame, Report
+
+    deaths, spans = [], []
+    for w in range(workers):
+        for n in range(1, deaths_each + 1):
+            at = 1000.0 + 100.0 * n / (deaths_each + 1) + w * 1e-3
+            cause, detail = (("sudden_exit", "sigkill") if w % 3 else ("nanny_memory_restart", "memory_limit"))
+            token = hashlib.md5(f"{w}-{n}".encode()).hexdigest()   # Dask's key: a name, a token, an index
+            deaths.append(Death(worker=f"w{w:04d}", incarnation=n, cause=cause, detail=detail, confidence=0.9, at=at,
+                                running=(f"('load-{token}', {n})",)))
+            spans.append(IncarnationSpan(f"w{w:04d}", n, at - 100.0 / (deaths_each + 1), at))
+    blames = tuple(KilledWorkerBlame(task=f"crowded-task-{k}", deaths=tuple(deaths[k:k + 2]), causes=("sudden_exit",),
+                                     fair=True, reasons=(), at=1050.0 + 0.1 * k) for k in range(killed))
+    return Report(deaths=tuple(deaths), incarnations=tuple(spans), killed_workers=blames, first_ts=1000.0,
+                  last_ts=1100.0, runtimes=("dask",))
+
+
+@needs_chromium
+def test_killed_worker_labels_never_overlap_and_are_named_in_a_list(tmp_path):
+    report = _crowded_report(workers=4, deaths_each=2, killed=7)
+    page = render_html(report)
+    got = probe(page, tmp_path)
+    labels = got["kw_labels"]
+    assert len(labels) == 7 and len(got["kw_lines"]) == 7
+    overlapping = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]
+                   if a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]]
+    # three lanes hold the first labels apart; beyond that a lane is reused, so allow no overlap among 3
+    assert not [p for p in overlapping if labels.index(p[0]) < 3 and labels.index(p[1]) < 3], overlapping
+    assert page.count("<li>K") == 7 and "crowded-task-6" in page
+
+
+def test_thousands_of_deaths_give_a_page_of_groups_not_of_deaths():
+    from kwdiag.report.html import MAX_GROUP_ROWS, MAX_ROWS
+
+    report = _crowded_report(workers=1000, deaths_each=3, killed=2)
+    page = render_html(report)
+    tags = parse(page)
+    rows = [a for t, a in tags.tags if t == "g" and a.get("class") == "worker-row"]
+    assert len(rows) == MAX_ROWS and "940 more worker(s) not drawn" in page
+    groups = [a for t, a in tags.tags if t == "div" and "group" in a.get("class", "")]
+    assert len(groups) == 2   # 3,000 deaths of two kinds (their tasks differ only by Dask's index: one family each)
+    assert len([a for t, a in tags.tags if t == "tr" and a.get("id", "").startswith("death-")]) == 2 * MAX_GROUP_ROWS
+    assert len(page) < 1_500_000, len(page)
+
+
+@needs_chromium
+@pytest.mark.parametrize("size", ["1280,900", "390,844"])
+def test_the_demo_like_page_at_two_sizes(size, tmp_path):
+    """Screenshots of a page with every kind of death, at a laptop's and a phone's width; kept under
+    tests/data/screenshots/ by KWDIAG_UPDATE_SNAPSHOTS=1 for people to look at."""
+    import os
+
+    report = analyze([str(ROOT / "sample_logs" / n) for n in ("kwdiag-segfault-killedworker", "kwdiag-memory",
+                                                                  "dask-version-mismatch")], rules=RULES)
+    out = tmp_path / "page.html"
+    out.write_text(render_html(report), encoding="utf-8")
+    png = tmp_path / "page.png"
+    s = run_chromium(out.as_uri(), f"--screenshot={png}", f"--window-size={size}", "--hide-scrollbars")
+    assert png.exists(), s.stderr[-2000:]
+    data = png.read_bytes()
+    w, h = (int(x) for x in size.split(","))
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (w, h)
+    assert len(data) > 10_000
+    if os.environ.get("KWDIAG_UPDATE_SNAPSHOTS"):
+        keep = ROOT / "tests" / "data" / "screenshots"
+        keep.mkdir(exist_ok=True)
+        (keep / f"report-{w}x{h}.png").write_bytes(data)

@@ -2,12 +2,15 @@
 
 Covers: a page with inline CSS and inline SVG generated here (no JavaScript, no fonts, images or
 anything else fetched: a ``Content-Security-Policy`` of ``default-src 'none'`` says so to the
-browser): the verdict, a summary table, a **timeline** (one row per worker, a bar per incarnation
-from its start to its end, each death marked and coloured by cause, KilledWorker tasks as a
-vertical line with the deaths counted against them ringed, a legend), **memory charts** (per worker,
-one panel per death whose memory the logs show: the nanny's RSS samples as a line, single readings
-from log lines as dots, the memory limit and the terminate line at limit × terminate fraction, the
-death), then each death's evidence and fix, KilledWorker blame, task errors, cluster notes and input problems.
+browser): the verdict, what to do (one fix per group of deaths, ``kwdiag.analysis.groups``), a table
+of the groups, a **timeline** (one row per worker, at most ``MAX_ROWS``: those with the most failures;
+a bar per incarnation from its start to its end, each death marked and coloured by cause, KilledWorker
+tasks as numbered vertical lines, their labels in lanes so they never overlap and named in a list, the
+deaths counted against them ringed, a legend), **memory charts** (per worker, one panel per death whose
+memory the logs show: the nanny's RSS samples as a line, single readings from log lines as dots, the
+memory limit and the terminate line at limit × terminate fraction, the death), then each group with the
+lines that prove it, its fix and its deaths, KilledWorker blame, task errors, cluster notes and input
+problems.
 Every piece of log text goes through ``report.text.safe`` (control sequences stripped) and then
 ``html.escape`` (quotes too), in element text and attribute values alike.
 
@@ -19,11 +22,12 @@ from __future__ import annotations
 
 import math
 
+from kwdiag.analysis.groups import DeathGroup, group_deaths
 from kwdiag.analysis.model import Death, MemoryTrace, Report
 from kwdiag.escape import html as esc
 from kwdiag.units import format_bytes
 from kwdiag.escape import safe
-from kwdiag.report.text import conf, when
+from kwdiag.report.text import conf, hint_for, proof, when
 
 CAUSE_COLOURS = {
     "nanny_memory_restart": "#e8590c",
@@ -38,7 +42,7 @@ RSS = "#1c7ed6"
 LIMIT = "#c92a2a"
 TERMINATE = "#f08c00"
 
-TL_WIDTH, TL_LEFT, TL_RIGHT, TL_TOP, TL_ROW = 1100, 170, 30, 46, 30
+TL_WIDTH, TL_LEFT, TL_RIGHT, TL_TOP, TL_ROW = 1100, 170, 30, 74, 30
 MAX_PANELS = 8  # per worker: the last deaths; a worker restarted all day would otherwise make a huge page
 MEM_WIDTH, MEM_HEIGHT, MEM_LEFT, MEM_RIGHT, MEM_TOP, MEM_BOTTOM = 520, 230, 70, 16, 14, 34
 
@@ -67,6 +71,12 @@ figcaption{font-size:13px;margin:0 0 4px}
 .ev .loc{color:#1971c2}
 .fix{background:#e7f5ff;padding:4px 8px;border-radius:4px;margin:4px 0}
 .spark{font-family:ui-monospace,monospace}
+.kw-list{font-size:13px;columns:2;margin:4px 0}
+svg text.kw-label{font-size:11px;font-weight:600}
+details{margin:4px 0}summary{cursor:pointer;color:#495057}
+svg.chart{max-width:100%;height:auto}.scroll{overflow-x:auto}
+li .fixtext{color:#1864ab}
+@media (max-width:600px){body{margin:12px auto;padding:0 10px}td,th{padding:2px 4px;font-size:12px}}
 """
 
 
@@ -140,7 +150,8 @@ def timeline_svg(report: Report) -> str:
     if t1 - t0 < 1e-3:
         t1 = t0 + 1.0
     plot_w = TL_WIDTH - TL_LEFT - TL_RIGHT
-    workers = list(dict.fromkeys(s.worker for s in spans))
+    workers, hidden_workers = _rows(report, spans)
+    spans = [s for s in spans if s.worker in set(workers)]
     height = TL_TOP + TL_ROW * len(workers) + 34
 
     def x(t: float) -> float:
@@ -192,17 +203,68 @@ def timeline_svg(report: Report) -> str:
                          f'data-worker="{esc(d.worker, 200)}" points="{pts}" fill="{_colour(d.cause)}" stroke="#fff" '
                          f'stroke-width="1"><title>{esc(tip, 600)}</title></polygon></a>')
         out.append('</g>')
-    for kw in report.killed_workers:
-        if kw.at is None:
-            continue
+    for n, kw, lane in _kw_lanes(report, x):
         xx = x(kw.at)
-        out.append(f'<g class="killed-worker"><line x1="{_f(xx)}" y1="{TL_TOP - 10}" x2="{_f(xx)}" '
+        ly = TL_TOP - 14 - KW_LANE * lane
+        out.append(f'<g class="killed-worker"><line x1="{_f(xx)}" y1="{ly + 4}" x2="{_f(xx)}" '
                    f'y2="{height - 30}" stroke="#212529" stroke-width="2" stroke-dasharray="5 3"/>'
-                   f'<text x="{_f(min(xx + 4, TL_WIDTH - 200))}" y="{TL_TOP - 14}">'
-                   f'<title>{esc(f"KilledWorker: {kw.task} at {when(kw.at, utc=True)}", 600)}</title>'
-                   f'KilledWorker: {esc(kw.task, 28)}</text></g>')
+                   f'<text class="kw-label" x="{_f(xx + 3)}" y="{ly}">'
+                   f'<title>{esc(f"KilledWorker: {kw.task} at {when(kw.at, utc=True)}", 600)}</title>K{n}</text></g>')
     out.append('<g class="deaths">' + "".join(marks) + '</g></svg>')
+    if hidden_workers:
+        out.append(f'<p class="note" id="rows-not-drawn">{hidden_workers} more worker(s) not drawn: the '
+                   f'{MAX_ROWS} drawn are those with the most deaths (every death is in the groups below and in '
+                   f'the JSON report).</p>')
+    out.append(_kw_list(report))
     return "".join(out)
+
+
+MAX_ROWS = 60  # workers drawn on the timeline; a thousand-worker cluster gets a summary, not a mile of rows
+
+
+def _rows(report: Report, spans) -> tuple[list[str], int]:
+    """The workers to draw, in order of appearance: all, or the ``MAX_ROWS`` with the most failures (then
+    the most deaths); and how many were left out."""
+    workers = list(dict.fromkeys(s.worker for s in spans))
+    if len(workers) <= MAX_ROWS:
+        return workers, 0
+    fails: dict[str, int] = {}
+    deaths: dict[str, int] = {}
+    for d in report.deaths:
+        deaths[d.worker] = deaths.get(d.worker, 0) + 1
+        fails[d.worker] = fails.get(d.worker, 0) + d.failure
+    keep = set(sorted(workers, key=lambda w: (-fails.get(w, 0), -deaths.get(w, 0)))[:MAX_ROWS])
+    return [w for w in workers if w in keep], len(workers) - MAX_ROWS
+
+
+KW_LANE = 14  # px between lanes of KilledWorker labels above the plot
+KW_LANES = 3
+KW_LABEL_WIDTH = 34  # px a "K12" label takes, with a gap
+
+
+def _kw_lanes(report: Report, x) -> list[tuple[int, object, int]]:
+    """``(number, KilledWorker, lane)`` for each KilledWorker with a time: labels are short numbers ("K3"),
+    named in the list under the chart, and a label that would overlap the one before it in its lane goes
+    to the next lane up; past ``KW_LANES`` lanes the lane with the most room is reused (the list still
+    names every one)."""
+    placed: list[tuple[int, object, int]] = []
+    ends = [float("-inf")] * KW_LANES
+    timed = [k for k in report.killed_workers if k.at is not None]
+    for n, kw in enumerate(sorted(timed, key=lambda k: k.at), 1):
+        start = x(kw.at)
+        lane = next((i for i in range(KW_LANES) if ends[i] <= start), min(range(KW_LANES), key=lambda i: ends[i]))
+        ends[lane] = start + KW_LABEL_WIDTH
+        placed.append((n, kw, lane))
+    return placed
+
+
+def _kw_list(report: Report) -> str:
+    timed = sorted((k for k in report.killed_workers if k.at is not None), key=lambda k: k.at)
+    if not timed:
+        return ""
+    items = "".join(f"<li>K{n}: task <code>{esc(k.task, 200)}</code> at {esc(when(k.at, utc=True))}</li>"
+                    for n, k in enumerate(timed, 1))
+    return f'<ol class="kw-list" id="kw-list">{items}</ol>'
 
 
 def _legend(report: Report) -> str:
@@ -363,45 +425,50 @@ def memory_section(report: Report) -> str:
 # ---------------------------------------------------------------- text sections
 
 
-def _death_card(i: int, d: Death) -> str:
-    c = _colour(d.cause)
-    meta = []
-    if d.address:
-        meta.append(f"address {esc(d.address, 120)}")
-    if d.pid:
-        meta.append(f"pid {d.pid}")
-    if d.started is not None:
-        meta.append(f"started {esc(when(d.started))}")
-    if d.at is not None:
-        meta.append(f"ended {esc(when(d.at))}")
-    if d.noticed_by:
-        meta.append(f"noticed by the {esc(d.noticed_by)}"
-                    + (f" after {d.noticed_after:.1f}s" if d.noticed_after is not None else ""))
-    if d.running:
-        meta.append("running " + ", ".join(esc(t, 80) for t in d.running[:5]))
-    out = [f'<div class="death" id="death-{i}" style="border-left-color:{c}">'
-           f'<h3>{esc(d.worker)} #{d.incarnation}: <span class="badge" style="background:{c}">{esc(d.cause)}</span> '
-           f'{esc(d.detail)} <span class="meta">(confidence {conf(d.confidence)})</span></h3>']
+MAX_GROUP_ROWS = 200  # deaths listed per group; the JSON report keeps every one
+
+
+def _who(deaths) -> str:
+    names = [f"{d.worker} #{d.incarnation}" for d in deaths[:8]]
+    return ", ".join(names) + (f" and {len(deaths) - 8} more" if len(deaths) > 8 else "")
+
+
+def _group_card(g: DeathGroup, index: dict[int, int], report: Report) -> str:
+    """One group: what happened, to whom, the lines that prove it, its fix, and its deaths (each with an
+    anchor the timeline's markers link to)."""
+    d = g.deaths[0]
+    c = _colour(g.cause)
+    out = [f'<div class="death group" id="group-{g.id}" style="border-left-color:{c}">'
+           f'<h3>[{g.id}] {len(g.deaths)}× <span class="badge" style="background:{c}">{esc(g.cause)}</span> '
+           f'{esc(g.detail)}</h3>']
     if d.summary:
         out.append(f"<p>{esc(d.summary)}</p>")
-    if meta:
-        out.append(f'<p class="meta">{"; ".join(meta)}</p>')
-    if d.disagreement:
-        out.append('<p class="meta">other explanations seen: ' + ", ".join(esc(x, 60) for x in d.disagreement)
-                   + "</p>")
-    if d.evidence:
-        out.append('<div class="ev">' + "\n".join(
-            f'<span class="loc">{esc(e.file, 200)}:{e.line}</span>: {esc(e.text, 600)}' for e in d.evidence)
-                   + "</div>")
-    for h in d.hints:
-        out.append(f'<div class="fix"><b>fix ({esc(h.runtime)})</b>: {esc(h.text, 1000)}</div>')
-    out.append("</div>")
+    out.append(f'<p class="meta">{esc(_who(g.deaths), 400)}' + (f"; task {esc(g.task, 120)}" if g.task else "")
+               + "</p>")
+    if g.cause != "chose_to_exit":
+        proving = proof(d)
+        if proving:
+            out.append('<div class="ev">' + "\n".join(
+                f'<span class="loc">{esc(e.file, 200)}:{e.line}</span>: {esc(e.text, 600)}' for e in proving) + "</div>")
+        hint = hint_for(d.hints, report.runtimes)
+        if hint is not None:
+            out.append(f'<div class="fix"><b>fix ({esc(hint.runtime)})</b>: {esc(hint.text, 1000)}</div>')
+    rows = []
+    for x in g.deaths[:MAX_GROUP_ROWS]:
+        rows.append(f'<tr id="death-{index[id(x)]}"><td>{esc(x.worker, 60)}</td><td>{x.incarnation}</td>'
+                    f'<td>{esc(when(x.at))}</td><td>{conf(x.confidence)}</td><td>{x.pid or ""}</td>'
+                    f'<td>{esc(", ".join(x.running[:3]), 200)}</td></tr>')
+    more = (f'<p class="note">{len(g.deaths) - MAX_GROUP_ROWS} more in the JSON report.</p>'
+            if len(g.deaths) > MAX_GROUP_ROWS else "")
+    out.append(f'<details><summary>every death in this group ({len(g.deaths)})</summary><div class="scroll"><table>'
+               f'<tr><th>worker</th><th>#</th><th>ended</th><th>confidence</th><th>pid</th><th>running</th></tr>'
+               f'{"".join(rows)}</table></div>{more}</details></div>')
     return "".join(out)
 
 
 def render_html(report: Report, title: str = "kwdiag explain") -> str:
     """The whole page as one string."""
-    fails = bool(report.failures or report.killed_workers)
+    fails = bool(report.failures or report.killed_workers or report.task_errors)
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -411,26 +478,31 @@ def render_html(report: Report, title: str = "kwdiag explain") -> str:
              f'{esc(", ".join(report.runtimes) or "unknown")} logs, from {esc(when(report.first_ts, utc=True))} to '
              f'{esc(when(report.last_ts, utc=True))}</p>',
              f'<p class="verdict{"" if fails else " ok"}" id="verdict">{esc(report.verdict(), 2000)}</p>']
-    if report.deaths:
-        rows = []
-        for i, d in enumerate(report.deaths):
-            m = d.memory
-            mem = (f"{format_bytes(m.peak)} of {format_bytes(m.limit)}" if m and m.peak and m.limit
-                   else f"limit {format_bytes(m.limit)}" if m and m.limit else "")
-            rows.append(f'<tr><td><a href="#death-{i}">{esc(d.worker, 60)}</a></td><td>{d.incarnation}</td>'
-                        f'<td>{esc(when(d.at))}</td><td><span class="badge" style="background:{_colour(d.cause)}">'
-                        f'{esc(d.cause)}</span></td><td>{esc(d.detail, 60)}</td><td>{conf(d.confidence)}</td>'
-                        f'<td>{esc(mem)}</td></tr>')
-        parts.append('<table id="deaths"><tr><th>worker</th><th>#</th><th>when</th><th>cause</th><th>detail</th>'
-                     '<th>confidence</th><th>memory peak</th></tr>' + "".join(rows) + "</table>")
+    groups = group_deaths(report.deaths)
+    todo = [(g, hint_for(g.deaths[0].hints, report.runtimes)) for g in groups if g.cause != "chose_to_exit"]
+    todo = [(g, h) for g, h in todo if h is not None]
+    if todo:
+        parts.append('<h2>What to do</h2><ul id="what-to-do">')
+        parts.extend(f'<li><a href="#group-{g.id}">[{g.id}]</a> <b>{len(g.deaths)}× {esc(g.label)}</b>'
+                     + (f" (task <code>{esc(g.task, 120)}</code>)" if g.task else "")
+                     + f': <span class="fixtext">{esc(h.text, 1000)}</span></li>' for g, h in todo)
+        parts.append("</ul>")
+    if groups:
+        rows = "".join(
+            f'<tr><td><a href="#group-{g.id}">{g.id}</a></td><td>{len(g.deaths)}</td><td><span class="badge" '
+            f'style="background:{_colour(g.cause)}">{esc(g.cause)}</span></td><td>{esc(g.detail, 60)}</td>'
+            f'<td>{esc(g.task or "", 80)}</td><td>{esc(_who(g.deaths), 300)}</td></tr>' for g in groups)
+        parts.append('<div class="scroll"><table id="groups"><tr><th>group</th><th>deaths</th><th>cause</th>'
+                     '<th>detail</th><th>task</th><th>workers</th></tr>' + rows + "</table></div>")
     parts.append('<h2>Timeline</h2>')
     parts.append(_legend(report))
     parts.append(timeline_svg(report))
     parts.append('<h2>Memory</h2>')
     parts.append(memory_section(report))
     if report.deaths:
-        parts.append('<h2>Deaths</h2>')
-        parts.extend(_death_card(i, d) for i, d in enumerate(report.deaths))
+        parts.append('<h2>Deaths by cause</h2>')
+        index = {id(d): i for i, d in enumerate(report.deaths)}
+        parts.extend(_group_card(g, index, report) for g in groups)
     if report.killed_workers:
         parts.append('<h2>KilledWorker</h2>')
         fair = {True: "fair", False: "unfair", None: "cannot tell"}
