@@ -222,3 +222,73 @@ def test_json_document():
     assert doc["killed_workers"][0]["task"] == "hog-task"
     f = next(x for x in doc["findings"] if x["status"] == "fail")
     assert f["rule"] == "kwdiag-exit-memory" and f["death"]["cause"] == "nanny_memory_restart"
+
+
+# ----------------------------------------------------------------------------- snapshots
+CHECK_SNAPSHOTS = ["dask-killedworker", "kwdiag-segfault-killedworker"]
+
+
+def _check_render(fmt: str, o) -> str:
+    from kwdiag.check.jsonout import render_json
+    from kwdiag.check.sarif import render_sarif
+
+    return {"sarif": lambda: render_sarif(o, RULES, root=ROOT), "junit": lambda: render_junit(o),
+            "github": lambda: render_github(o, root=ROOT), "txt": lambda: render_text(o),
+            "md": lambda: render_markdown(o), "json": lambda: render_json(o)}[fmt]()
+
+
+@pytest.mark.parametrize("fmt", ["sarif", "junit", "github", "txt", "md", "json"])
+@pytest.mark.parametrize("name", CHECK_SNAPSHOTS)
+def test_check_output_snapshot(name, fmt, monkeypatch):
+    """Every `kwdiag check` format for a Dask log and a kwdiag run, paths relative to the repository;
+    regenerate after a reviewed change with KWDIAG_UPDATE_SNAPSHOTS=1."""
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.chdir(ROOT)
+    o = evaluate(analyze([f"sample_logs/{name}"], rules=RULES))
+    text = _check_render(fmt, o).replace(ROOT.as_uri() + "/", "file:///REPO/")   # where the clone is varies
+    path = Path(__file__).parent / "data" / "snapshots" / f"check-{name}.{fmt}"
+    if os.environ.get("KWDIAG_UPDATE_SNAPSHOTS"):
+        path.write_text(text)
+    assert text == path.read_text(), f"rendered check output changed; review and update {path}"
+
+
+def test_html_structure_snapshot(monkeypatch):
+    """The HTML page's outline (headings, ids, classes of its sections) for a kwdiag run and a Dask log."""
+    from html.parser import HTMLParser
+
+    from kwdiag.report.html import render_html
+
+    class Outline(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.lines, self._in = [], None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag in ("h1", "h2", "h3"):
+                self._in = tag
+            if a.get("id") and not a["id"].startswith("death-") or tag in ("svg", "details", "table"):
+                self.lines.append(f"<{tag} id={a.get('id', '')} class={a.get('class', '')}>")
+
+        def handle_data(self, data):
+            if self._in:
+                self.lines.append(f"{self._in}: {data.strip()}")
+
+        def handle_endtag(self, tag):
+            if tag == self._in:
+                self._in = None
+
+    monkeypatch.chdir(ROOT)
+    out = []
+    for name in CHECK_SNAPSHOTS:
+        p = Outline()
+        p.feed(render_html(analyze([f"sample_logs/{name}"], rules=RULES)))
+        out += [f"# {name}", *[line for line in p.lines if line.strip(": ")]]
+    text = "\n".join(out) + "\n"
+    path = Path(__file__).parent / "data" / "snapshots" / "html-outline.txt"
+    if os.environ.get("KWDIAG_UPDATE_SNAPSHOTS"):
+        path.write_text(text)
+    assert text == path.read_text(), f"the page's outline changed; review and update {path}"
