@@ -14,6 +14,7 @@ Does not cover: attributing lines within a file (``kwdiag.timeline.streams``).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from typing import Iterable
 
@@ -170,8 +171,11 @@ def _join_mirrors(j: _Joiner) -> None:
             by_pid[p.pid].append(p)
         elif p.address:
             by_addr[p.address].append(p)
-    groups = list(by_pid.values()) + [by_addr[a] + [p for p in roots if p.address == a and p.pid is not None]
-                                      for a in by_addr]
+    with_pid: dict[str, list[Incarnation]] = defaultdict(list)
+    for p in roots:
+        if p.address and p.pid is not None and p.address in by_addr:
+            with_pid[p.address].append(p)
+    groups = list(by_pid.values()) + [by_addr[a] + with_pid[a] for a in by_addr]
     firsthand = {id(p) for p in roots if any(not _copy(e) for e in p.events)}
     for group in groups:
         for copy in group:
@@ -212,12 +216,13 @@ def _join_anonymous_copies(j: _Joiner, index: dict[int, int]) -> None:
     firsthand = [p for p in j.roots() if any(not _copy(e) for e in p.slots.get("exit", ()))]
     if not firsthand:
         return
+    exits = _Exits(firsthand)
     for u in j.roots():
         if u.address or u.name or u.pid is not None or u.kw_incarnation is not None or not u.ended:
             continue
         if not all(_copy(e) for e in u.end_events):
             continue
-        owners = [_retold(e, firsthand) for e in u.end_events]
+        owners = [_retold(e, exits) for e in u.end_events]
         if any(o is None for o in owners):
             continue
         ends = u.end_events
@@ -229,16 +234,35 @@ def _join_anonymous_copies(j: _Joiner, index: dict[int, int]) -> None:
         j.parent[index[id(u)]] = index[id(owners[0])]
 
 
-def _retold(copy: Event, firsthand: list[Incarnation]) -> Incarnation | None:
+class _Exits:
+    """First-hand exit records by time, so a copy finds the exits near it without a scan of all of them."""
+
+    def __init__(self, firsthand: list[Incarnation]):
+        found = [(known_ts(e), i, p, e) for i, p in enumerate(firsthand) for e in p.slots["exit"]
+                 if not _copy(e) and known_ts(e) is not None]
+        found.sort(key=lambda t: (t[0], t[1]))
+        self.times = [t[0] for t in found]
+        self.found = found
+
+    def near(self, ts: float, within: float):
+        lo, hi = bisect_left(self.times, ts - within), bisect_right(self.times, ts + within)
+        return self.found[lo:hi]
+
+
+# A copy goes to the nearest exit only when the next nearest is clearly farther: 4x the gap, plus 50 ms.
+CLEARLY_NEARER, CLEARLY_NEARER_PLUS = 4.0, 0.05
+
+
+def _retold(copy: Event, exits: _Exits) -> Incarnation | None:
     ts = known_ts(copy)
     if ts is None:
         return None
-    gaps = sorted((abs(known_ts(e) - ts), id(p), p) for p in firsthand for e in p.slots["exit"]
-                  if not _copy(e) and known_ts(e) is not None and _tells_the_same(copy, e)
-                  and p.can_take(copy))
+    window = CLEARLY_NEARER * MIRROR_SECONDS + CLEARLY_NEARER_PLUS  # wide enough to see a rival that close
+    gaps = sorted((abs(t - ts), i, p) for t, i, p, e in exits.near(ts, window)
+                  if _tells_the_same(copy, e) and p.can_take(copy))
     if not gaps or gaps[0][0] > MIRROR_SECONDS:
         return None
-    if len(gaps) > 1 and gaps[1][0] < 4 * gaps[0][0] + 0.05:
+    if len(gaps) > 1 and gaps[1][0] < CLEARLY_NEARER * gaps[0][0] + CLEARLY_NEARER_PLUS:
         return None   # two exits about as near: the copy does not say which
     return gaps[0][2]
 
