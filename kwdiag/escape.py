@@ -38,9 +38,11 @@ def safe(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def to_json(doc: Any) -> str:
-    """``doc`` as indented JSON: readable UTF-8, with every character a terminal could act on escaped."""
-    text = json.dumps(doc, indent=2, ensure_ascii=False)
+def to_json(doc: Any, *, indent: int | None = 2) -> str:
+    """``doc`` as JSON (indented unless ``indent=None``: the standard library encodes indented JSON in
+    Python, compact JSON in C, about 5x faster): readable UTF-8, with every character a terminal could act
+    on escaped."""
+    text = json.dumps(doc, indent=indent, ensure_ascii=False)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

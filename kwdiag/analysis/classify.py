@@ -67,26 +67,26 @@ def gather(inc: Incarnation, tl: Timeline) -> list[Event]:
     pids = inc.pids
     out.extend(e for e in tl.environment if isinstance(e.get("pid"), int) and e.get("pid") in pids)
     if inc.stream is not None:
-        out.extend(_stream_context(inc, tl.stream_context.get(inc.stream, ())))
+        out.extend(_stream_context(inc, tl))
     return out
 
 
-def _stream_context(inc: Incarnation, context: Iterable[Event]) -> list[Event]:
+# A file's lines that name no process but tell of an end: a signal to the process several workers share, ...
+CONTEXT_KINDS = frozenset({"signal-received", "worker-end", "worker-closed", "nanny-closing"})
+
+
+def _stream_context(inc: Incarnation, tl: Timeline) -> list[Event]:
     """Lines of the incarnation's file that name no process (a signal to the process several workers
     share, "End worker") shortly before or at its end."""
     ends = [e for e in inc.end_events if e.origin is not None and e.origin.file == inc.stream]
-    if not ends:
+    if not ends or inc.stream not in tl.stream_context:
         return []
     last_line = max(e.origin.line for e in ends)
     end = inc.ended_at
+    lo, hi = (end - CONTEXT_WINDOW, end + CONTEXT_WINDOW) if end is not None else (None, None)
     out = []
-    for e in context:
-        if e.origin is None or e.origin.line > last_line + 20:
-            continue
-        ts = known_ts(e)
-        if end is not None and ts is not None and not (end - CONTEXT_WINDOW <= ts <= end + CONTEXT_WINDOW):
-            continue
-        if e.kind in ("signal-received", "worker-end", "worker-closed", "nanny-closing"):
+    for e in tl.context_between(inc.stream, lo, hi, CONTEXT_KINDS):
+        if e.origin is not None and e.origin.line <= last_line + 20:
             out.append(e)
     return out
 

@@ -400,6 +400,22 @@ def _started_after(p: Incarnation, e: Event) -> bool:
                and s.origin.file == e.origin.file and s.origin.line > e.origin.line for s in p.events)
 
 
+def _descending_before(lists: list[list[int]], k: int):
+    """The positions below ``k`` in any of the sorted ``lists``, highest first, each once (lazily: the
+    caller usually stops at the first)."""
+    cursors = [bisect_left(xs, k) - 1 for xs in lists]
+    last = None
+    while True:
+        best = max((i for i in range(len(lists)) if cursors[i] >= 0), key=lambda i: lists[i][cursors[i]], default=None)
+        if best is None:
+            return
+        pos = lists[best][cursors[best]]
+        cursors[best] -= 1
+        if pos != last:
+            last = pos
+            yield pos
+
+
 def _join_by_successor(j: _Joiner) -> None:
     """An end that named no process, in a file several workers share, and the worker of that file whose
     name (or fixed address) the next start line takes up again: a name is alive once at a time, so the
@@ -412,15 +428,30 @@ def _join_by_successor(j: _Joiner) -> None:
             by_stream[p.stream].append(p)
     for procs in by_stream.values():
         procs.sort(key=lambda p: p.order)
+        # indexes instead of scans (a file may hold thousands of processes): the next named process after
+        # each position, and the positions of each name and address
+        next_named: list[Incarnation | None] = [None] * len(procs)
+        following = None
+        for k in range(len(procs) - 1, -1, -1):
+            next_named[k] = following
+            if procs[k].name or procs[k].address:
+                following = procs[k]
+        at: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for k, p in enumerate(procs):
+            if p.name:
+                at[("name", p.name)].append(k)
+            if p.address:
+                at[("address", p.address)].append(k)
         for k, u in enumerate(procs):
             if not (u.ended and u.address is None and u.name is None and j.find(index[id(u)]) == index[id(u)]):
                 continue
-            succ = next((p for p in procs[k + 1:] if p.name or p.address), None)
+            succ = next_named[k]
             if succ is None:
                 continue
-            for p in reversed(procs[:k]):
-                same = (succ.name and p.name == succ.name) or (succ.address and p.address == succ.address)
-                if same and "exit" not in p.slots and j.find(index[id(p)]) == index[id(p)]:
+            lists = [at.get(key, []) for key in (("name", succ.name), ("address", succ.address)) if key[1]]
+            for pos in _descending_before(lists, k):
+                p = procs[pos]
+                if "exit" not in p.slots and j.find(index[id(p)]) == index[id(p)]:
                     if compatible(p, u):
                         j.join(index[id(p)], index[id(u)])
                     break

@@ -14,6 +14,7 @@ deciding why an incarnation ended (``kwdiag.analysis``).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +163,23 @@ class Timeline:
     # lines of a file that name no process and belong to none (several workers share the file)
     stream_context: dict[str, list[Event]] = field(default_factory=dict)
     _by_line: dict | None = field(default=None, repr=False)
+    _context_by_time: dict | None = field(default=None, repr=False)
+
+    def context_between(self, stream: str, lo: float | None, hi: float | None, kinds: frozenset[str]) -> list[Event]:
+        """``stream``'s context lines (those that name no process) of these ``kinds`` timed within
+        ``[lo, hi]``, plus its untimed ones; all of them when no bound is known. Indexed by time: a file
+        can hold thousands of workers' deaths, and each asks for the few lines around its own end."""
+        if self._context_by_time is None:
+            self._context_by_time = {}
+        key = (stream, kinds)
+        if key not in self._context_by_time:
+            evs = [e for e in self.stream_context.get(stream, ()) if e.kind in kinds]
+            timed = sorted((e for e in evs if known_ts(e) is not None), key=known_ts)
+            self._context_by_time[key] = ([known_ts(e) for e in timed], timed, [e for e in evs if known_ts(e) is None])
+        times, timed, untimed = self._context_by_time[key]
+        if lo is None or hi is None:
+            return timed + untimed
+        return timed[bisect_left(times, lo):bisect_right(times, hi)] + untimed
 
     def lines_before(self, e: Event, kinds: set[str], within: int = 3) -> list[Event]:
         """Cluster lines of these kinds in ``e``'s file at most ``within`` lines before it, nearest first
