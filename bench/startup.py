@@ -1,0 +1,81 @@
+"""Benchmark: time to a first answer. `kwdiag --help` and `kwdiag explain` on a one-line log, beside the
+interpreter's own start (`python -c pass`) and the import of typer alone, medians of N runs.
+
+The one-line log is a real line of sample_logs/dask-sigkill/w1.log (the nanny's "killed by signal 9").
+Also prints where the time goes in one explain: imports (`-X importtime`, the largest), loading the rules,
+analysing and rendering.
+
+Usage: python bench/startup.py [--runs 15]
+Prints the figures; asserts no timing (run it by hand, not in the test suite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_logs" / "dask-sigkill" / "w1.log"
+
+
+def median_ms(cmd: list[str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, cwd=ROOT)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=15)
+    runs = ap.parse_args().runs
+    line = next(x for x in SAMPLE.read_text().splitlines() if "killed by signal 9" in x)
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write(line + "\n")
+    py = sys.executable
+    rows = [
+        ("python -c pass", [py, "-c", "pass"]),
+        ("python -c 'import typer'", [py, "-c", "import typer"]),
+        ("kwdiag --help", [py, "-m", "kwdiag", "--help"]),
+        ("kwdiag explain one-line.log", [py, "-m", "kwdiag", "explain", f.name]),
+    ]
+    print(f"{'command':34} {'median ms':>10}   (runs: {runs})")
+    for name, cmd in rows:
+        print(f"{name:34} {median_ms(cmd, runs):>10.0f}", flush=True)
+    # where one explain spends its time
+    r = subprocess.run([py, "-X", "importtime", "-m", "kwdiag", "explain", f.name], capture_output=True, text=True,
+                       cwd=ROOT)
+    imports = []
+    for row in r.stderr.splitlines():
+        parts = row.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            imports.append((int(parts[1]), parts[2].rstrip()))
+    print("\nlargest imports (cumulative µs):")
+    for us, name in sorted(imports, reverse=True)[:8]:
+        print(f"  {us:>8} {name}")
+    phases = subprocess.run([py, "-c", f"""
+import time
+t0 = time.perf_counter()
+from kwdiag.engine import load_rules
+from kwdiag.pipeline import analyze
+from kwdiag.report.terminal import render_plain
+t1 = time.perf_counter(); rules = load_rules(())
+t2 = time.perf_counter(); report = analyze([{f.name!r}], rules=rules)
+t3 = time.perf_counter(); render_plain(report)
+t4 = time.perf_counter()
+print(f"in-process: imports {{(t1-t0)*1e3:.0f}} ms, load rules {{(t2-t1)*1e3:.0f}} ms, "
+      f"analyse {{(t3-t2)*1e3:.0f}} ms, render {{(t4-t3)*1e3:.0f}} ms")
+"""], capture_output=True, text=True, cwd=ROOT)
+    print("\n" + phases.stdout.strip())
+    Path(f.name).unlink()
+
+
+if __name__ == "__main__":
+    main()
