@@ -14,6 +14,9 @@ FORMATS = ("text", "json", "markdown")
 
 
 def register(app: typer.Typer) -> None:
+    """Register the explain and rules command(s). Over 60 lines on purpose: Typer reads each option from a
+    parameter of the command function defined here, one option per parameter with its help; the bodies only
+    parse options and call one function."""
     rules_app = typer.Typer(name="rules", help="List, document and lint the diagnosis rules.", no_args_is_help=True,
                             add_completion=False, rich_markup_mode=None)
 

@@ -16,6 +16,9 @@ FORMATS = ("text", "json", "junit", "sarif", "github", "markdown")
 
 
 def register(app: typer.Typer) -> None:
+    """Register the check command(s). Over 60 lines on purpose: Typer reads each option from a parameter of the
+    command function defined here, one option per parameter with its help; the bodies only parse options and
+    call one function."""
     @app.command("check")
     def check(
         paths: List[str] = typer.Argument(..., help="Log files, run directories (read recursively), '-' for stdin; "
@@ -38,7 +41,9 @@ def register(app: typer.Typer) -> None:
                                              "instead of the nearest kwdiag.toml / pyproject.toml."),
         no_config: bool = typer.Option(False, "--no-config", help="Ignore configuration files."),
     ) -> None:
-        """Fail a CI job when workers died unexpectedly: exit 0 pass, 1 findings, 2 usage or unreadable input."""
+        """Fail a CI job when workers died unexpectedly: exit 0 pass, 1 findings, 2 usage or unreadable input.
+        Over 60 lines on purpose: one parameter per option (Typer reads them from the signature); the body merges them with the project configuration and calls kwdiag.check.
+        """
         from kwdiag.errors import USAGE, KwdiagError
 
         if fmt not in FORMATS:

@@ -11,6 +11,9 @@ _JOB_ARGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 
 
 def register(app: typer.Typer) -> None:
+    """Register the run, runs and demo command(s). Over 60 lines on purpose: Typer reads each option from a
+    parameter of the command function defined here, one option per parameter with its help; the bodies only
+    parse options and call one function."""
     @app.command("run", context_settings=_JOB_ARGS)
     def run(
         job: List[str] = typer.Argument(..., metavar="JOB.py [ARGS]...", help="The job script and its arguments."),

@@ -44,6 +44,9 @@ TLS_CA = typer.Option(None, "--tls-ca", help="The CA that signed the cluster's c
 
 
 def register(app: typer.Typer) -> None:
+    """Register the scheduler and worker command(s). Over 60 lines on purpose: Typer reads each option from a
+    parameter of the command function defined here, one option per parameter with its help; the bodies only
+    parse options and call one function."""
     @app.command("scheduler")
     def scheduler(
         host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback unless you say otherwise)."),

@@ -174,6 +174,9 @@ class Client:
 
     def __init__(self, address: Any = None, *, scheduler_file: str | None = None, secret: bytes | str | None = None,
                  timeout: float = 10.0, name: str | None = None, security: Security | None = None):
+        """Connect to a scheduler (an address, a scheduler file, a LocalCluster, the environment, or a new
+        LocalCluster as Dask does). Over 60 lines on purpose: those five ways in, in the order Dask resolves
+        them, then the state every later call reads."""
         from kwdiag.runtime.cluster import LocalCluster  # only for Client() with no address: it starts one
 
         self.id = name or f"Client-{uuid.uuid4().hex[:12]}"

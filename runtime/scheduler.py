@@ -108,6 +108,8 @@ class WorkerState:
 class Scheduler:
     def __init__(self, *, secret: bytes, config: dict, log_dir: str | None, host: str = "127.0.0.1", port: int = 0,
                  scheduler_file: str | None = None, security: Security | None = None):
+        """The scheduler's state, empty until ``start()``. Over 60 lines on purpose: one attribute per line
+        (with what it holds), the journal if asked for, and the table of message handlers; no I/O here."""
         self.secret = secret
         self.credentials = Credentials(secret, security)
         self.config = config
@@ -741,6 +743,10 @@ class Scheduler:
 
     def _remove_worker(self, ws: WorkerState, *, how: str, expected: bool, quiet: bool = False,
                        noticed_after: float | None = None) -> None:
+        """Forget a worker and what it held: reroute its tasks, count a death against the tasks it was running
+        (KilledWorker past allowed-failures), lose keys held only there, record one ``worker-removed`` event.
+        Over 60 lines on purpose: one step of the event loop with no await, so no other handler sees the
+        cluster half-updated; split, each piece would need the others' partial results passed along."""
         if self.workers.get(ws.address) is not ws:
             return
         del self.workers[ws.address]

@@ -59,27 +59,7 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
             reasons.append("the logs do not name the task running at each death; the deaths counted are the "
                            f"last {len(counted)} unexpected death(s) before the scheduler gave up")
         causes = tuple(sorted({f"{d.cause}/{d.detail}" for d in counted}))
-        fair: bool | None
-        if n is not None and len(counted) < n:
-            fair = None
-            reasons.append(f"the scheduler counted {n} deaths but the logs show {len(counted)}")
-        elif not counted:
-            fair = None
-        elif len(causes) == 1 and not causes[0].startswith("unknown"):
-            others = set()
-            for d in counted:
-                others |= {t for t in d.running if _norm_key(t) != task}
-            if others:
-                fair = False
-                reasons.append(f"other tasks were also running at those deaths: {', '.join(sorted(others)[:5])}")
-            else:
-                fair = True
-                reasons.append(f"every counted death has the same cause ({causes[0]}): the task itself most likely "
-                               "kills workers")
-        else:
-            fair = False
-            reasons.append("the counted deaths have different causes (" + ", ".join(causes)
-                           + "): some may be unrelated to this task")
+        fair = _fairness(task, counted, n, causes, reasons)
         ev = tuple(evidence_of(e, (rules_for(e, rules) or [None])[0]) for e in evs)
         used_rules = [r for e in evs for r in rules_for(e, rules)]
         obs = {"allowed_failures": af if af is not None else 3,
@@ -95,6 +75,29 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
                                      hints=hints))
     out.sort(key=lambda b: b.at or 0.0)
     return out
+
+
+def _fairness(task: str, counted: list[Death], n: int | None, causes: tuple[str, ...],
+              reasons: list[str]) -> bool | None:
+    """Whether blaming ``task`` looks fair (None: the logs cannot tell); appends the reason to ``reasons``."""
+    if n is not None and len(counted) < n:
+        reasons.append(f"the scheduler counted {n} deaths but the logs show {len(counted)}")
+        return None
+    if not counted:
+        return None
+    if len(causes) == 1 and not causes[0].startswith("unknown"):
+        others = set()
+        for d in counted:
+            others |= {t for t in d.running if _norm_key(t) != task}
+        if others:
+            reasons.append(f"other tasks were also running at those deaths: {', '.join(sorted(others)[:5])}")
+            return False
+        reasons.append(f"every counted death has the same cause ({causes[0]}): the task itself most likely "
+                       "kills workers")
+        return True
+    reasons.append("the counted deaths have different causes (" + ", ".join(causes)
+                   + "): some may be unrelated to this task")
+    return False
 
 
 def _norm_key(k: str) -> str:

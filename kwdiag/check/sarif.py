@@ -94,6 +94,36 @@ def _rule_descriptor(rule_id: str, rule, death) -> dict:
     return desc
 
 
+def _result(f, rule_id: str, rule_index: int, root_path: Path, with_baseline: bool) -> dict:
+    """One finding as a SARIF result: message, level, the deciding line first among its locations."""
+    d = f.death
+    level = LEVEL.get(d.severity, "error") if f.status in (FAIL, BASELINED) else "note"
+    fix = f" Fix: {d.hints[0].text}" if d.hints else ""
+    text = (f"Worker {safe(d.worker, 80)} #{d.incarnation} died: {f.verdict} (confidence {conf(d.confidence)})"
+            f"{': ' + safe(d.summary) if d.summary else ''}.{fix}")
+    evidence = sorted(d.evidence, key=lambda e: e.rule != f.rule)  # the deciding rule's line first
+    locs = [_location(e.file, e.line, root_path, e.text) for e in evidence[:MAX_LOCATIONS]]
+    result = {
+        "ruleId": rule_id,
+        "ruleIndex": rule_index,
+        "level": level,
+        "message": {"text": text},
+        "partialFingerprints": {FP_KEY: f.fingerprint},
+        "properties": {"status": f.status, "reason": f.reason, "worker": d.worker,
+                       "incarnation": d.incarnation, "cause": d.cause, "detail": d.detail,
+                       "confidence": round(d.confidence, 2)},
+    }
+    if locs:
+        result["locations"] = locs[:1]
+        if len(locs) > 1:
+            result["relatedLocations"] = [{**loc, "id": i} for i, loc in enumerate(locs[1:], 1)]
+    if with_baseline:
+        result["baselineState"] = "unchanged" if f.status == BASELINED else "new"
+    if f.status == BASELINED:
+        result["suppressions"] = [{"kind": "external", "justification": "known finding in the kwdiag check baseline"}]
+    return result
+
+
 def to_dict(outcome: Outcome, rules=None, root: str | os.PathLike | None = None) -> dict:
     from kwdiag import __version__
 
@@ -111,31 +141,7 @@ def to_dict(outcome: Outcome, rules=None, root: str | os.PathLike | None = None)
         if rule_id not in index:
             index[rule_id] = len(descriptors)
             descriptors.append(_rule_descriptor(rule_id, rule, d))
-        level = LEVEL.get(d.severity, "error") if f.status in (FAIL, BASELINED) else "note"
-        fix = f" Fix: {d.hints[0].text}" if d.hints else ""
-        text = (f"Worker {safe(d.worker, 80)} #{d.incarnation} died: {f.verdict} (confidence {conf(d.confidence)})"
-                f"{': ' + safe(d.summary) if d.summary else ''}.{fix}")
-        evidence = sorted(d.evidence, key=lambda e: e.rule != f.rule)  # the deciding rule's line first
-        locs = [_location(e.file, e.line, root_path, e.text) for e in evidence[:MAX_LOCATIONS]]
-        result = {
-            "ruleId": rule_id,
-            "ruleIndex": index[rule_id],
-            "level": level,
-            "message": {"text": text},
-            "partialFingerprints": {FP_KEY: f.fingerprint},
-            "properties": {"status": f.status, "reason": f.reason, "worker": d.worker,
-                           "incarnation": d.incarnation, "cause": d.cause, "detail": d.detail,
-                           "confidence": round(d.confidence, 2)},
-        }
-        if locs:
-            result["locations"] = locs[:1]
-            if len(locs) > 1:
-                result["relatedLocations"] = [{**loc, "id": i} for i, loc in enumerate(locs[1:], 1)]
-        if outcome.baseline:
-            result["baselineState"] = "unchanged" if f.status == BASELINED else "new"
-        if f.status == BASELINED:
-            result["suppressions"] = [{"kind": "external", "justification": "known finding in the kwdiag check baseline"}]
-        results.append(result)
+        results.append(_result(f, rule_id, index[rule_id], root_path, bool(outcome.baseline)))
     notes = []
     for p in outcome.report.problems:
         uri, base = uri_for(p.path, root_path)

@@ -137,13 +137,7 @@ def timeline_svg(report: Report) -> str:
     spans = list(report.incarnations)
     if not spans:
         return '<p class="note">No worker incarnations in these logs.</p>'
-    times = [t for s in spans for t in (s.started, s.ended) if t is not None]
-    times += [d.at for d in report.deaths if d.at is not None]
-    times += [k.at for k in report.killed_workers if k.at is not None]
-    if report.first_ts is not None:
-        times.append(report.first_ts)
-    if report.last_ts is not None:
-        times.append(report.last_ts)
+    times = _times(report, spans)
     if not times:  # a paste without timestamps: nothing to place on a time axis
         return '<p class="note">These logs carry no timestamps, so there is no timeline to draw.</p>'
     t0, t1 = min(times), max(times)
@@ -151,7 +145,10 @@ def timeline_svg(report: Report) -> str:
         t1 = t0 + 1.0
     plot_w = TL_WIDTH - TL_LEFT - TL_RIGHT
     workers, hidden_workers = _rows(report, spans)
-    spans = [s for s in spans if s.worker in set(workers)]
+    by_worker: dict[str, list] = {w: [] for w in workers}
+    for s in spans:
+        if s.worker in by_worker:
+            by_worker[s.worker].append(s)
     height = TL_TOP + TL_ROW * len(workers) + 34
 
     def x(t: float) -> float:
@@ -162,14 +159,7 @@ def timeline_svg(report: Report) -> str:
     marks: list[str] = []  # drawn last, above every bar and line
     out = [f'<svg id="timeline" class="chart" width="{TL_WIDTH}" height="{height}" '
            f'viewBox="0 0 {TL_WIDTH} {height}" role="img" aria-label="worker timeline">']
-    # axis: time since the first event
-    step = nice_step(t1 - t0)
-    for k in range(_tick_count(t1 - t0, step)):
-        xx = x(t0 + k * step)
-        out.append(f'<line x1="{_f(xx)}" y1="{TL_TOP - 6}" x2="{_f(xx)}" y2="{height - 30}" stroke="#e9ecef"/>')
-        out.append(f'<text class="small" x="{_f(xx)}" y="{height - 14}" text-anchor="middle">'
-                   f'{esc(fmt_dur(k * step))}</text>')
-    out.append(f'<text class="small" x="{TL_LEFT}" y="14">time since {esc(when(t0, utc=True))}</text>')
+    out += _axis(t0, t1, x, height)
     for row, w in enumerate(workers):
         y = TL_TOP + row * TL_ROW
         out.append(f'<g class="worker-row" data-worker="{esc(w, 200)}">')
@@ -177,31 +167,8 @@ def timeline_svg(report: Report) -> str:
             out.append(f'<rect x="0" y="{y - 4}" width="{TL_WIDTH}" height="{TL_ROW}" fill="#f8f9fa"/>')
         out.append(f'<text x="{TL_LEFT - 8}" y="{y + TL_ROW / 2 + 1}" text-anchor="end">'
                    f'<title>{esc(w, 300)}</title>{esc(w, 22)}</text>')
-        for s in (s for s in spans if s.worker == w):
-            start = s.started if s.started is not None else t0
-            end = s.ended if s.ended is not None else t1
-            x0, x1 = x(start), max(x(end), x(start) + 2)
-            hit = deaths.get((s.worker, s.incarnation))
-            d = hit[1] if hit else None
-            fill = _colour(d.cause) if d else ALIVE
-            state = (f"{d.cause}/{d.detail} at {when(d.at, utc=True)}" if d else
-                     ("ended" if s.ended is not None else "alive when the logs end"))
-            tip = f"{s.worker} #{s.incarnation} ({s.address or 'no address'}): {when(s.started, utc=True)} to {state}"
-            out.append(f'<rect class="incarnation" data-incarnation="{s.incarnation}" x="{_f(x0)}" y="{y + 5}" '
-                       f'width="{_f(x1 - x0)}" height="{TL_ROW - 14}" rx="3" fill="{fill}" fill-opacity="0.35" '
-                       f'stroke="{fill}"><title>{esc(tip, 600)}</title></rect>')
-            if d is None:
-                continue
-            cx, cy = x1, y + TL_ROW / 2 - 2
-            i = hit[0]
-            if (d.worker, d.incarnation) in counted:
-                marks.append(f'<circle class="kw-counted" cx="{_f(cx)}" cy="{_f(cy)}" r="10" fill="none" '
-                             f'stroke="#212529" stroke-width="2"/>')
-            pts = f"{_f(cx)},{_f(cy - 7)} {_f(cx + 7)},{_f(cy)} {_f(cx)},{_f(cy + 7)} {_f(cx - 7)},{_f(cy)}"
-            tip = f"{d.worker} #{d.incarnation}: {d.cause}/{d.detail} at {when(d.at, utc=True)}, confidence {conf(d.confidence)}"
-            marks.append(f'<a href="#death-{i}"><polygon class="death-marker" data-cause="{esc(d.cause)}" '
-                         f'data-worker="{esc(d.worker, 200)}" points="{pts}" fill="{_colour(d.cause)}" stroke="#fff" '
-                         f'stroke-width="1"><title>{esc(tip, 600)}</title></polygon></a>')
+        for s in by_worker[w]:
+            out.append(_bar(s, y, x, t0, t1, deaths.get((s.worker, s.incarnation)), counted, marks))
         out.append('</g>')
     for n, kw, lane in _kw_lanes(report, x):
         xx = x(kw.at)
@@ -217,6 +184,56 @@ def timeline_svg(report: Report) -> str:
                    f'the JSON report).</p>')
     out.append(_kw_list(report))
     return "".join(out)
+
+
+def _axis(t0: float, t1: float, x, height: float) -> list[str]:
+    """Time since the first event: a few round ticks with grid lines."""
+    out = []
+    step = nice_step(t1 - t0)
+    for k in range(_tick_count(t1 - t0, step)):
+        xx = x(t0 + k * step)
+        out.append(f'<line x1="{_f(xx)}" y1="{TL_TOP - 6}" x2="{_f(xx)}" y2="{height - 30}" stroke="#e9ecef"/>')
+        out.append(f'<text class="small" x="{_f(xx)}" y="{height - 14}" text-anchor="middle">'
+                   f'{esc(fmt_dur(k * step))}</text>')
+    out.append(f'<text class="small" x="{TL_LEFT}" y="14">time since {esc(when(t0, utc=True))}</text>')
+    return out
+
+
+def _times(report: Report, spans) -> list[float]:
+    """Every known time the chart must span: incarnations, deaths, KilledWorkers, the input's range."""
+    times = [t for s in spans for t in (s.started, s.ended) if t is not None]
+    times += [d.at for d in report.deaths if d.at is not None]
+    times += [k.at for k in report.killed_workers if k.at is not None]
+    times += [t for t in (report.first_ts, report.last_ts) if t is not None]
+    return times
+
+
+def _bar(s, y: float, x, t0: float, t1: float, hit, counted: set, marks: list[str]) -> str:
+    """One incarnation's bar; its death's marker (and ring, if a KilledWorker counted it) go to ``marks``,
+    drawn last so no bar covers them."""
+    start = s.started if s.started is not None else t0
+    end = s.ended if s.ended is not None else t1
+    x0, x1 = x(start), max(x(end), x(start) + 2)
+    d = hit[1] if hit else None
+    fill = _colour(d.cause) if d else ALIVE
+    state = (f"{d.cause}/{d.detail} at {when(d.at, utc=True)}" if d else
+             ("ended" if s.ended is not None else "alive when the logs end"))
+    tip = f"{s.worker} #{s.incarnation} ({s.address or 'no address'}): {when(s.started, utc=True)} to {state}"
+    bar = (f'<rect class="incarnation" data-incarnation="{s.incarnation}" x="{_f(x0)}" y="{y + 5}" '
+           f'width="{_f(x1 - x0)}" height="{TL_ROW - 14}" rx="3" fill="{fill}" fill-opacity="0.35" '
+           f'stroke="{fill}"><title>{esc(tip, 600)}</title></rect>')
+    if d is None:
+        return bar
+    cx, cy = x1, y + TL_ROW / 2 - 2
+    if (d.worker, d.incarnation) in counted:
+        marks.append(f'<circle class="kw-counted" cx="{_f(cx)}" cy="{_f(cy)}" r="10" fill="none" '
+                     f'stroke="#212529" stroke-width="2"/>')
+    pts = f"{_f(cx)},{_f(cy - 7)} {_f(cx + 7)},{_f(cy)} {_f(cx)},{_f(cy + 7)} {_f(cx - 7)},{_f(cy)}"
+    tip = f"{d.worker} #{d.incarnation}: {d.cause}/{d.detail} at {when(d.at, utc=True)}, confidence {conf(d.confidence)}"
+    marks.append(f'<a href="#death-{hit[0]}"><polygon class="death-marker" data-cause="{esc(d.cause)}" '
+                 f'data-worker="{esc(d.worker, 200)}" points="{pts}" fill="{_colour(d.cause)}" stroke="#fff" '
+                 f'stroke-width="1"><title>{esc(tip, 600)}</title></polygon></a>')
+    return bar
 
 
 MAX_ROWS = 60  # workers drawn on the timeline; a thousand-worker cluster gets a summary, not a mile of rows
@@ -289,7 +306,9 @@ def _byte_ticks(top: float) -> tuple[float, list[float]]:
 
 
 def memory_svg(d: Death, top: float) -> str:
-    """One death's memory panel: RSS samples, readings, limit and terminate lines, the death."""
+    """One death's memory panel: RSS samples, readings, limit and terminate lines, the death.
+    Over 60 lines on purpose: one SVG drawn in order (axes, limit and terminate lines, samples, readings, the death), every part on the same scales; split, the scales would be passed around to each piece.
+    """
     m = d.memory or MemoryTrace()
     pw, ph = MEM_WIDTH - MEM_LEFT - MEM_RIGHT, MEM_HEIGHT - MEM_TOP - MEM_BOTTOM
     ts = [t for t, _ in m.samples] + [t for t, _ in m.readings] + ([d.at] if d.at is not None else [])
@@ -468,17 +487,34 @@ def _group_card(g: DeathGroup, index: dict[int, int], report: Report) -> str:
 
 def render_html(report: Report, title: str = "kwdiag explain") -> str:
     """The whole page as one string."""
-    fails = bool(report.failures or report.killed_workers or report.task_errors)
-    parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
-             f"<h1>{esc(title)}</h1>",
-             f'<p class="meta">{len(report.files)} file(s), {report.events} events, '
-             f'{esc(", ".join(report.runtimes) or "unknown")} logs, from {esc(when(report.first_ts, utc=True))} to '
-             f'{esc(when(report.last_ts, utc=True))}</p>',
-             f'<p class="verdict{"" if fails else " ok"}" id="verdict">{esc(report.verdict(), 2000)}</p>']
     groups = group_deaths(report.deaths)
+    parts = _head(report, title) + _summary(report, groups)
+    parts += ['<h2>Timeline</h2>', _legend(report), timeline_svg(report), '<h2>Memory</h2>', memory_section(report)]
+    if report.deaths:
+        parts.append('<h2>Deaths by cause</h2>')
+        index = {id(d): i for i, d in enumerate(report.deaths)}
+        parts.extend(_group_card(g, index, report) for g in groups)
+    parts += _killed_worker_cards(report) + _lists(report)
+    parts.append('<p class="meta">Made by kwdiag explain. This page loads nothing from anywhere.</p></body></html>')
+    return "\n".join(parts) + "\n"
+
+
+def _head(report: Report, title: str) -> list[str]:
+    fails = bool(report.failures or report.killed_workers or report.task_errors)
+    return ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+            f"<h1>{esc(title)}</h1>",
+            f'<p class="meta">{len(report.files)} file(s), {report.events} events, '
+            f'{esc(", ".join(report.runtimes) or "unknown")} logs, from {esc(when(report.first_ts, utc=True))} to '
+            f'{esc(when(report.last_ts, utc=True))}</p>',
+            f'<p class="verdict{"" if fails else " ok"}" id="verdict">{esc(report.verdict(), 2000)}</p>']
+
+
+def _summary(report: Report, groups: list[DeathGroup]) -> list[str]:
+    """What to do (one fix per group) and the table of groups."""
+    parts = []
     todo = [(g, hint_for(g.deaths[0].hints, report.runtimes)) for g in groups if g.cause != "chose_to_exit"]
     todo = [(g, h) for g, h in todo if h is not None]
     if todo:
@@ -494,32 +530,33 @@ def render_html(report: Report, title: str = "kwdiag explain") -> str:
             f'<td>{esc(g.task or "", 80)}</td><td>{esc(_who(g.deaths), 300)}</td></tr>' for g in groups)
         parts.append('<div class="scroll"><table id="groups"><tr><th>group</th><th>deaths</th><th>cause</th>'
                      '<th>detail</th><th>task</th><th>workers</th></tr>' + rows + "</table></div>")
-    parts.append('<h2>Timeline</h2>')
-    parts.append(_legend(report))
-    parts.append(timeline_svg(report))
-    parts.append('<h2>Memory</h2>')
-    parts.append(memory_section(report))
-    if report.deaths:
-        parts.append('<h2>Deaths by cause</h2>')
-        index = {id(d): i for i, d in enumerate(report.deaths)}
-        parts.extend(_group_card(g, index, report) for g in groups)
-    if report.killed_workers:
-        parts.append('<h2>KilledWorker</h2>')
-        fair = {True: "fair", False: "unfair", None: "cannot tell"}
-        for k in report.killed_workers:
-            parts.append(f'<div class="death" style="border-left-color:#212529"><h3>task {esc(k.task, 200)}: blame '
-                         f'looks {fair[k.fair]}</h3><ul>')
-            for d in k.deaths:
-                parts.append(f"<li>counted: {esc(d.worker)} #{d.incarnation} at {esc(when(d.at))}: "
-                             f"{esc(d.cause)}/{esc(d.detail)}</li>")
-            parts.extend(f"<li>{esc(r, 400)}</li>" for r in k.reasons)
-            parts.append("</ul>")
-            if k.evidence:
-                parts.append('<div class="ev">' + "\n".join(
-                    f'<span class="loc">{esc(e.file, 200)}:{e.line}</span>: {esc(e.text, 600)}'
-                    for e in k.evidence[:6]) + "</div>")
-            parts.extend(f'<div class="fix"><b>fix ({esc(h.runtime)})</b>: {esc(h.text, 1000)}</div>' for h in k.hints)
-            parts.append("</div>")
+    return parts
+
+
+def _killed_worker_cards(report: Report) -> list[str]:
+    if not report.killed_workers:
+        return []
+    parts = ['<h2>KilledWorker</h2>']
+    fair = {True: "fair", False: "unfair", None: "cannot tell"}
+    for k in report.killed_workers:
+        parts.append(f'<div class="death" style="border-left-color:#212529"><h3>task {esc(k.task, 200)}: blame '
+                     f'looks {fair[k.fair]}</h3><ul>')
+        parts.extend(f"<li>counted: {esc(d.worker)} #{d.incarnation} at {esc(when(d.at))}: "
+                     f"{esc(d.cause)}/{esc(d.detail)}</li>" for d in k.deaths)
+        parts.extend(f"<li>{esc(r, 400)}</li>" for r in k.reasons)
+        parts.append("</ul>")
+        if k.evidence:
+            parts.append('<div class="ev">' + "\n".join(
+                f'<span class="loc">{esc(e.file, 200)}:{e.line}</span>: {esc(e.text, 600)}'
+                for e in k.evidence[:6]) + "</div>")
+        parts.extend(f'<div class="fix"><b>fix ({esc(h.runtime)})</b>: {esc(h.text, 1000)}</div>' for h in k.hints)
+        parts.append("</div>")
+    return parts
+
+
+def _lists(report: Report) -> list[str]:
+    """Task errors, cluster notes and input problems."""
+    parts = []
     if report.task_errors:
         parts.append(f'<h2>Task errors (a task raised; no worker died): {len(report.task_errors)}</h2><ul>')
         for t in report.task_errors[:50]:
@@ -538,5 +575,4 @@ def render_html(report: Report, title: str = "kwdiag explain") -> str:
         parts.append("<h2>Input problems</h2><ul>")
         parts.extend(f"<li>{esc(p.level)}: {esc(p.path, 200)}: {esc(p.message, 400)}</li>" for p in report.problems)
         parts.append("</ul>")
-    parts.append('<p class="meta">Made by kwdiag explain. This page loads nothing from anywhere.</p></body></html>')
-    return "\n".join(parts) + "\n"
+    return parts
