@@ -145,6 +145,6 @@ def test_no_function_over_sixty_lines_without_a_reason_in_its_docstring():
     for path in list((ROOT / "kwdiag").rglob("*.py")) + list((ROOT / "runtime").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
-                if "Over 60 lines on purpose" not in (ast.get_docstring(node) or ""):
+                if "Over 60 lines on purpose" not in " ".join((ast.get_docstring(node) or "").split()):
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not long, long
