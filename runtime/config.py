@@ -85,24 +85,32 @@ def format_bytes(n: int | float | None) -> str:
 
 
 def find_config_file(start: str | os.PathLike | None = None) -> tuple[Path, dict] | None:
-    """The nearest ``kwdiag.toml`` or ``pyproject.toml`` with ``[tool.kwdiag]``, and its table."""
+    """The nearest ``kwdiag.toml`` or ``pyproject.toml`` with ``[tool.kwdiag]``, and its table; ``ValueError``
+    naming the file when one on the way does not parse."""
     here = Path(start or os.getcwd()).resolve()
     for folder in (here, *here.parents):
         own = folder / "kwdiag.toml"
         if own.is_file():
-            with open(own, "rb") as f:
-                data = tomllib.load(f)
+            data = _read_toml(own)
             return own, data.get("tool", {}).get("kwdiag", data)
         project = folder / "pyproject.toml"
         if project.is_file():
-            try:
-                with open(project, "rb") as f:
-                    table = tomllib.load(f).get("tool", {}).get("kwdiag")
-            except (tomllib.TOMLDecodeError, OSError):
-                table = None
+            table = _read_toml(project).get("tool", {}).get("kwdiag")
             if table is not None:
                 return project, table
     return None
+
+
+def _read_toml(path: Path) -> dict:
+    """A configuration file that does not parse is an error naming it (as `kwdiag check` says too), never a
+    silent default: settings the user wrote would be ignored without a word."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"cannot read config {path}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read config {path}: {exc.strerror or exc}") from None
 
 
 def _coerce(key: str, raw: Any) -> Any:

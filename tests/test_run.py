@@ -306,3 +306,17 @@ def test_the_secret_never_reaches_the_run_directory_or_the_output(tmp_path):
     for path in (tmp_path / "run").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_config_file_that_does_not_parse_is_one_clear_error_for_every_command(tmp_path):
+    """run, check and the runtime's own commands read [tool.kwdiag] from the nearest kwdiag.toml or
+    pyproject.toml; one that does not parse is named in a one-line error (exit 2), never silently skipped."""
+    (tmp_path / "pyproject.toml").write_text('[tool.kwdiag]\nworkers = 2\nbroken = "\n')
+    (tmp_path / "job.py").write_text("print('never runs')\n")
+    (tmp_path / "logs").mkdir()
+    for args in (["run", "job.py"], ["check", "logs"], ["scheduler", "--scheduler-file", "sf.json"]):
+        result = run_kwdiag(args, tmp_path)
+        err = result.stderr.decode()
+        assert result.returncode == 2, (args, err[-2000:])
+        assert "pyproject.toml" in err and "Traceback" not in err, (args, err[-2000:])
+        assert b"never runs" not in result.stdout

@@ -75,7 +75,10 @@ def resolve(flags: dict[str, Any], environ: dict[str, str] | None = None) -> Run
 
     options = RunOptions()
     env = os.environ if environ is None else environ
-    found = find_config_file()
+    try:
+        found = find_config_file()
+    except ValueError as exc:  # a kwdiag.toml or pyproject.toml on the way that does not parse
+        raise KwdiagError(str(exc), USAGE) from None
     if found:
         path, table = found
         for key, value in table.items():
