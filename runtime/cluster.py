@@ -14,7 +14,6 @@ Does not cover: talking to the cluster on a user's behalf (``Client`` does), or 
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import os

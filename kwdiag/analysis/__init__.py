@@ -9,8 +9,6 @@ Never imports ``kwdiag.runtime``.
 
 from __future__ import annotations
 
-from typing import Iterable
-
 from kwdiag.analysis.model import (
     CAUSES,
     SCHEMA,

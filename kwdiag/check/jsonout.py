@@ -8,7 +8,6 @@ Top level: ``schema``, ``version``, ``result`` (``pass``/``fail``/``error``), ``
 
 from __future__ import annotations
 
-import json
 
 from kwdiag.check import Outcome
 from kwdiag.escape import to_json

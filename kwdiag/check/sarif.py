@@ -16,7 +16,6 @@ The output is validated against the official 2.1.0 schema in the tests.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from urllib.parse import quote

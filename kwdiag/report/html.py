@@ -26,7 +26,6 @@ from kwdiag.analysis.groups import DeathGroup, group_deaths
 from kwdiag.analysis.model import Death, MemoryTrace, Report
 from kwdiag.escape import html as esc
 from kwdiag.units import format_bytes
-from kwdiag.escape import safe
 from kwdiag.report.text import conf, hint_for, proof, when
 
 CAUSE_COLOURS = {

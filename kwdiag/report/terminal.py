@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from collections import Counter
 from typing import TextIO
 
 from kwdiag.analysis.groups import DeathGroup, group_deaths
