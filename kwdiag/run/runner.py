@@ -268,7 +268,8 @@ def _finish(watch: _Watch, run_dir: str, rules, fail_on: list, manifest: dict[st
     summary = [f"job exit code {job_code if job_code is not None else '-'}"
                + (" (timed out)" if timed_out else " (interrupted)" if interrupted else ""),
                f"tasks {tasks.get('finished', 0)} run, {tasks.get('erred', 0)} failed" if tasks else "tasks unknown",
-               "deaths " + (", ".join(f"{n}× {c}" for c, n in by_cause.most_common()) or "none"),
+               # the causes are the report's, just above; here only how many (the manifest keeps them all)
+               f"deaths {len(report.deaths)}" + (f" ({len(report.failures)} need attention)" if report.failures else ""),
                f"{duration:.1f}s"]
     sys.stderr.write(f"Run: {'; '.join(summary)}\nRun directory: {run_dir}\n")
     if failing:
