@@ -252,9 +252,9 @@ class Report:
         cause (a grouped report lists the causes right below)."""
         fails = self.failures
         chosen = len(self.deaths) - len(fails)
-        if fails and brief:
-            kinds = len({(d.cause, d.detail) for d in fails})
-            base = f"{len(fails)} worker death(s) need attention, of {kinds} kind(s)"
+        kinds = len({(d.cause, d.detail) for d in fails})
+        if fails and brief and kinds > 1:
+            base = f"{len(fails)} worker death(s) need attention, of {kinds} kinds"
         elif fails:
             from collections import Counter
 
