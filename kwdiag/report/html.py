@@ -26,7 +26,7 @@ from kwdiag.analysis.groups import DeathGroup, group_deaths
 from kwdiag.analysis.model import Death, MemoryTrace, Report
 from kwdiag.escape import html as esc
 from kwdiag.units import format_bytes
-from kwdiag.report.text import conf, hint_for, proof, when
+from kwdiag.report.text import conf, hint_for, proof, when, who
 
 CAUSE_COLOURS = {
     "nanny_memory_restart": "#e8590c",
@@ -446,11 +446,6 @@ def memory_section(report: Report) -> str:
 MAX_GROUP_ROWS = 200  # deaths listed per group; the JSON report keeps every one
 
 
-def _who(deaths) -> str:
-    names = [f"{d.worker} #{d.incarnation}" for d in deaths[:8]]
-    return ", ".join(names) + (f" and {len(deaths) - 8} more" if len(deaths) > 8 else "")
-
-
 def _group_card(g: DeathGroup, index: dict[int, int], report: Report) -> str:
     """One group: what happened, to whom, the lines that prove it, its fix, and its deaths (each with an
     anchor the timeline's markers link to)."""
@@ -461,7 +456,7 @@ def _group_card(g: DeathGroup, index: dict[int, int], report: Report) -> str:
            f'{esc(g.detail)}</h3>']
     if d.summary:
         out.append(f"<p>{esc(d.summary)}</p>")
-    out.append(f'<p class="meta">{esc(_who(g.deaths), 400)}' + (f"; task {esc(g.task, 120)}" if g.task else "")
+    out.append(f'<p class="meta">{esc(who(g.deaths, 8), 400)}' + (f"; task {esc(g.task, 120)}" if g.task else "")
                + "</p>")
     if g.cause != "chose_to_exit":
         proving = proof(d)
@@ -526,7 +521,7 @@ def _summary(report: Report, groups: list[DeathGroup]) -> list[str]:
         rows = "".join(
             f'<tr><td><a href="#group-{g.id}">{g.id}</a></td><td>{len(g.deaths)}</td><td><span class="badge" '
             f'style="background:{_colour(g.cause)}">{esc(g.cause)}</span></td><td>{esc(g.detail, 60)}</td>'
-            f'<td>{esc(g.task or "", 80)}</td><td>{esc(_who(g.deaths), 300)}</td></tr>' for g in groups)
+            f'<td>{esc(g.task or "", 80)}</td><td>{esc(who(g.deaths, 8), 300)}</td></tr>' for g in groups)
         parts.append('<div class="scroll"><table id="groups"><tr><th>group</th><th>deaths</th><th>cause</th>'
                      '<th>detail</th><th>task</th><th>workers</th></tr>' + rows + "</table></div>")
     return parts

@@ -26,7 +26,7 @@ from kwdiag.analysis.groups import task_family as _family
 from kwdiag.analysis.model import Death, Evidence, Report
 from kwdiag.escape import safe
 from kwdiag.report.sparkline import sparkline
-from kwdiag.report.text import base_dir, conf, from_here, hint_for, proof, short, when
+from kwdiag.report.text import base_dir, conf, from_here, hint_for, proof, short, when, who
 
 WIDTH = 80
 FAIR = {True: "fair", False: "unfair", None: "cannot tell"}
@@ -37,13 +37,6 @@ def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
     first = indent if first is None else first
     return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent + "  ",
                          break_long_words=True, break_on_hyphens=False) or [first.rstrip()]
-
-
-def _who(deaths: tuple[Death, ...], limit: int = 6) -> str:
-    names = [f"{safe(d.worker, 40)} #{d.incarnation}" for d in deaths[:limit]]
-    if len(deaths) > limit:
-        names.append(f"{len(deaths) - limit} more")
-    return ", ".join(names)
 
 
 def _figures(g: DeathGroup, *, killed: bool = False) -> str:
@@ -139,7 +132,7 @@ def _group_lines(g: DeathGroup, report: Report, base: str | None, verbose: bool,
     own = [t for t in killed if g.task and t and _family(t) == g.task]
     others = [t for t in killed if t not in own]
     told = f"KilledWorker {', '.join(safe(t, 60) for t in others)} (blame fair)" if others else ""
-    figures = "; ".join(x for x in (_who(g.deaths), _figures(g, killed=bool(own)), told) if x)
+    figures = "; ".join(x for x in (safe(who(g.deaths), 400), _figures(g, killed=bool(own)), told) if x)
     out += [("", x) for x in _wrap(figures, "    ")]
     if spark:
         out += [("memory", x) for x in _wrap(spark, "    ")]
@@ -191,7 +184,7 @@ def _chosen_line(groups: list[DeathGroup]) -> list[Line]:
         return []
     deaths = tuple(d for g in chosen for d in g.deaths)
     kinds = ", ".join(f"{g.detail} {len(g.deaths)}" for g in chosen)
-    text = f"Chose to exit: {len(deaths)} ({kinds}): {_who(deaths, 8)}"
+    text = f"Chose to exit: {len(deaths)} ({kinds}): {safe(who(deaths, 8), 600)}"
     return [("ok", x) for x in _wrap(text)]
 
 

@@ -61,3 +61,12 @@ def proof(d: Death) -> list[Evidence]:
     """The one to three lines that prove the cause: those of the rules that decided it, else the first."""
     deciding = [e for e in d.evidence if e.rule and e.rule in d.rules]
     return (deciding or list(d.evidence))[:EVIDENCE_PER_GROUP]
+
+
+def who(deaths, limit: int = 6) -> str:
+    """``w1 #1, w2 #3, 4 more``: the workers and incarnations of some deaths, the first ``limit`` named
+    (raw text: each reporter escapes it for its output)."""
+    names = [f"{d.worker} #{d.incarnation}" for d in deaths[:limit]]
+    if len(deaths) > limit:
+        names.append(f"{len(deaths) - limit} more")
+    return ", ".join(names)

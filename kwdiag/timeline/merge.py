@@ -164,6 +164,9 @@ def _join_mirrors(j: _Joiner) -> None:
     no host (text) or the scheduler's, so the pid matches whatever host the record names."""
     roots = j.roots()
     index = {id(p): i for i, p in enumerate(j.procs)}
+    firsthand = {id(p) for p in roots if any(not _copy(e) for e in p.events)}
+    if not firsthand:
+        return  # text logs alone (the usual input): nothing was recorded first-hand, nothing is told twice
     by_pid: dict[int, list[Incarnation]] = defaultdict(list)
     by_addr: dict[str, list[Incarnation]] = defaultdict(list)
     for p in roots:
@@ -176,7 +179,6 @@ def _join_mirrors(j: _Joiner) -> None:
         if p.address and p.pid is not None and p.address in by_addr:
             with_pid[p.address].append(p)
     groups = list(by_pid.values()) + [by_addr[a] + with_pid[a] for a in by_addr]
-    firsthand = {id(p) for p in roots if any(not _copy(e) for e in p.events)}
     for group in groups:
         for copy in group:
             if not all(_copy(e) for e in copy.events):
