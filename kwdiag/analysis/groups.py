@@ -50,16 +50,12 @@ def _rank(cause: str) -> int:
 
 
 def group_deaths(deaths: Iterable[Death]) -> list[DeathGroup]:
-    buckets: dict[tuple[str, str, str | None], list[Death]] = {}
+    groups: dict[tuple[str, str, str | None], list[Death]] = {}
     for d in deaths:
-        task = task_family(d.running[0]) if d.running else None
-        buckets.setdefault((d.cause, d.detail, task), []).append(d)
-    # chosen exits are one group per detail whatever they ran: a shutdown is a shutdown
-    merged: dict[tuple[str, str, str | None], list[Death]] = {}
-    for (cause, detail, task), ds in buckets.items():
-        key = (cause, detail, None if cause == "chose_to_exit" else task)
-        merged.setdefault(key, []).extend(ds)
-    order = sorted(merged.items(), key=lambda kv: (_rank(kv[0][0]), -len(kv[1]), kv[0][0], kv[0][1], kv[0][2] or ""))
+        # chosen exits are one group per detail whatever they ran: a shutdown is a shutdown
+        task = task_family(d.running[0]) if d.running and d.cause != "chose_to_exit" else None
+        groups.setdefault((d.cause, d.detail, task), []).append(d)
+    order = sorted(groups.items(), key=lambda kv: (_rank(kv[0][0]), -len(kv[1]), kv[0][0], kv[0][1], kv[0][2] or ""))
     return [DeathGroup(id=f"g{n}", cause=c, detail=dt, task=t, deaths=tuple(ds))
             for n, ((c, dt, t), ds) in enumerate(order, 1)]
 

@@ -125,7 +125,7 @@ def _group_lines(g: DeathGroup, report: Report, base: str | None, verbose: bool,
     n = len(g.deaths)
     d = g.deaths[0]
     head = f"[{g.id}] {n}× {g.label}" + (f": {safe(d.summary, 200)}" if d.summary else "")
-    out: list[Line] = [("group-" + ("bad" if g.failure else "unknown"), x) for x in _wrap(head)]
+    out: list[Line] = [("group-" + ("unknown" if g.cause == "unknown" else "bad"), x) for x in _wrap(head)]
     trace = max((x.memory for x in g.deaths if x.memory and x.memory.samples), default=None,
                 key=lambda m: m.peak or 0)
     spark = sparkline(trace, width=SPARK_WIDTH, brief=True) if _memory_matters(g, trace) else None
