@@ -128,3 +128,27 @@ def test_event_rules_read_kwdiag_events():
     rs = RuleSet(RULES)
     line = json.loads(BY_ID["kwdiag-exit-memory"].examples_match[0])
     assert [r.id for r in rs.match_event(line["kind"], line["fields"])] == ["kwdiag-exit-memory"]
+
+
+def test_the_prefilter_trie_finds_the_lines_the_plain_alternation_finds():
+    """The prefilter factors its anchors into a trie for speed; it must pass exactly the same lines."""
+    import gzip
+    import re
+
+    from kwdiag.engine import RuleSet, trie_pattern
+
+    ruleset = RuleSet(RULES)
+    root = Path(__file__).resolve().parent.parent
+    rx = re.compile(trie_pattern([b"abc", b"ab", b"abd", b"x", b"y{"]))
+    assert [bool(rx.search(t)) for t in (b"zab", b"abd", b"a", b"xx", b"q", b"y{", b"y")] == \
+        [True, True, False, True, False, True, False]
+    plain = re.compile(b"|".join(re.escape(a) for a in ruleset.anchors))
+    lines = 0
+    for path in sorted((root / "sample_logs").rglob("*")):
+        if path.suffix not in (".log", ".gz", ".jsonl", ".txt"):
+            continue
+        data = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+        for line in data.split(b"\n"):
+            lines += 1
+            assert bool(plain.search(line)) == bool(ruleset.prefilter.search(line)), (path, line[:200])
+    assert lines > 50_000   # every sample and corpus log
