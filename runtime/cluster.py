@@ -242,8 +242,8 @@ class LocalCluster:
             os.unlink(self.scheduler_file)
         except OSError:
             pass
-        if not self._temporary_log_dir:
-            return
+        if not self._temporary_log_dir or not os.path.isdir(self.log_dir):
+            return  # the user's folder, or one already gone (deleted under us): nothing of ours to tidy
         died = deaths_recorded(self.log_dir)
         if died:
             logger.warning("kwdiag: %d worker death(s) recorded; logs kept in %s (kwdiag explain %s says why)",
@@ -274,7 +274,11 @@ def deaths_recorded(log_dir: str) -> int:
     from kwdiag.events import EventDecodeError, from_json_line
 
     count = 0
-    for name in os.listdir(log_dir):
+    try:
+        names = os.listdir(log_dir)
+    except OSError:
+        return 0
+    for name in names:
         if not name.endswith(".jsonl"):
             continue
         try:
