@@ -316,7 +316,15 @@ class Nanny:
     # ---------------------------------------------------------------- requests and shutdown
     async def _kill_worker(self, caused_by: str, graceful: bool, reason: str) -> None:
         proc = self.proc
-        if proc is None or proc.returncode is not None:
+        if proc is None:
+            return
+        if proc.returncode is not None:
+            # It died on its own just before: let its exit be recorded before whatever comes next (a close
+            # that shuts the recorder, a restart that spawns the next one), or the death would be lost.
+            try:
+                await asyncio.wait_for(asyncio.shield(self._exited.wait()), 5.0)
+            except asyncio.TimeoutError:
+                pass
             return
         self.caused_by = caused_by
         if graceful:
@@ -343,6 +351,7 @@ class Nanny:
         logger.info("Nanny asked to restart its worker. Reason: %s", reason)
         self._cancel_respawn()
         await self._kill_worker("restart", graceful=False, reason=reason)
+        self._cancel_respawn()  # a worker that died on its own just before has a respawn queued: this one replaces it
         if not self.closing:
             await self.spawn()
         return {"status": "ok", "pid": self.proc.pid if self.proc else None}

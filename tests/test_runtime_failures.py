@@ -331,20 +331,27 @@ from kwdiag.runtime import Client, KilledWorker, LocalCluster
 def dies():
     os._exit(3)
 
+def dies_leaving_a_child_on_stderr():
+    # the child keeps the worker's stderr open: the nanny waits a moment for the last words, and the cluster
+    # closes meanwhile; the death must still be recorded
+    import subprocess
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(4)"])
+    os._exit(3)
+
 # no log_dir, as a Dask user writes it
 with LocalCluster(n_workers=1, memory_limit="1GiB", config={"allowed_failures": 0}) as cluster, Client(cluster) as client:
     folder = cluster.log_dir
     assert client.submit(sum, [1, 2]).result() == 3
-    if sys.argv[1] == "die":
+    if sys.argv[1] != "clean":
         try:
-            client.submit(dies).result(timeout=120)
+            client.submit(dies if sys.argv[1] == "die" else dies_leaving_a_child_on_stderr).result(timeout=120)
         except KilledWorker as exc:
             print("KILLED", exc)
 print("FOLDER", folder)
 """
 
 
-@pytest.mark.parametrize("outcome", ["clean", "die"])
+@pytest.mark.parametrize("outcome", ["clean", "die", "die-while-closing"])
 def test_a_temporary_log_folder_goes_on_a_clean_close_and_stays_named_when_a_worker_died(tmp_path, outcome):
     """A cluster made without ``log_dir`` writes to a fresh temporary folder: a clean close removes it; a death
     keeps it and says where (the KilledWorker message, a closing log line). The scheduler file, which holds the
