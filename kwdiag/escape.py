@@ -10,7 +10,6 @@ markup) or Markdown (``kwdiag.report.markdown`` escapes its own syntax).
 
 from __future__ import annotations
 
-import html as _html
 import json
 import re
 from typing import Any
@@ -48,4 +47,6 @@ def to_json(doc: Any, *, indent: int | None = 2) -> str:
 
 def html(text: object, limit: int = 300) -> str:
     """Log text (or anything) fit for HTML element text or a quoted attribute value."""
-    return _html.escape(safe(str(text), limit), quote=True)
+    import html  # only pages need it: kept off the terminal's start-up path
+
+    return html.escape(safe(str(text), limit), quote=True)

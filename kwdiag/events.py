@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -166,6 +165,8 @@ class EventWriter:
         self.source = source
         self.worker = worker
         self.pid = os.getpid()
+        import socket  # here, not at the top: explain never records, and the import costs ~3 ms at start
+
         self.host = socket.gethostname()
         self._lock = threading.Lock()
         parent = os.path.dirname(os.path.abspath(path))

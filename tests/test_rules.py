@@ -152,3 +152,43 @@ def test_the_prefilter_trie_finds_the_lines_the_plain_alternation_finds():
             lines += 1
             assert bool(plain.search(line)) == bool(ruleset.prefilter.search(line)), (path, line[:200])
     assert lines > 50_000   # every sample and corpus log
+
+
+# ---------------------------------------------------------------- the parsed-rules bundle
+def test_the_shipped_rule_bundle_is_current():
+    """``rules/bundle.json`` spares the TOML parse and the prefilter's construction at start: it must hold every
+    built-in rule file as it is now (run ``python -m kwdiag.rulebundle`` after editing a rule)."""
+    from kwdiag.rulebundle import build_bundle, read_bundle
+
+    shipped, now = read_bundle(builtin_rules_dir()), build_bundle(builtin_rules_dir())
+    assert json.dumps(shipped) == json.dumps(now)          # order too: a rule's fixes show in the order written
+
+
+def test_an_edited_rule_is_read_from_its_toml_not_from_a_stale_bundle(tmp_path):
+    import shutil
+
+    from kwdiag.rulebundle import read_bundle, write_bundle
+
+    folder = tmp_path / "rules"
+    shutil.copytree(builtin_rules_dir(), folder, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    write_bundle(folder)
+    bundle = read_bundle(folder)
+    victim = folder / "kernel" / "kernel-oom-kill.toml"
+    victim.write_text(victim.read_text().replace('title = "', 'title = "EDITED ', 1)
+                      .replace('keywords = [', 'keywords = ["a keyword nobody bundled", ', 1))
+    rules, errors = load_rule_files([folder], bundle=bundle["files"])
+    assert errors == []
+    by_id = {r.id: r for r in rules}
+    assert by_id["kernel-oom-kill"].title.startswith("EDITED ")
+    assert {r.id: r.title for r in rules if r.id != "kernel-oom-kill"} == \
+        {r.id: r.title for r in RULES if r.id != "kernel-oom-kill"}
+    # the bundle's prefilter was built for other keywords: it is not used, the new keyword reaches the prefilter
+    ruleset = RuleSet(rules, bundle["prefilter"])
+    assert ruleset.prefilter.search(b"... a keyword nobody bundled ...")
+    assert RuleSet(RULES, bundle["prefilter"]).prefilter.pattern == RuleSet(RULES).prefilter.pattern
+    # a broken file is an error whatever the bundle says
+    victim.write_text("this is = = not toml")
+    assert any("not valid TOML" in e for e in load_rule_files([folder], bundle=bundle["files"])[1])
+    # and a bundle that is not a bundle is ignored, never trusted
+    (folder / "bundle.json").write_text('{"format": 1, "files": ')
+    assert read_bundle(folder) == {}
