@@ -63,11 +63,12 @@ atexit.register(_close_all_at_exit)
 
 
 class _KeyState:
-    __slots__ = ("status", "who_has", "error", "event", "refcount", "reason", "waiters")
+    __slots__ = ("status", "who_has", "error", "event", "refcount", "reason", "waiters", "value")
 
     def __init__(self) -> None:
         self.status = PENDING
         self.who_has: list[str] = []
+        self.value: bytes | None = None  # a small result's pickle, sent with its "in memory" news
         self.error: dict | None = None
         self.reason = ""
         self.event = threading.Event()   # for callers' threads
@@ -348,6 +349,7 @@ class Client:
         st.status = status
         st.reason = reason
         if status == PENDING:
+            st.value = None
             st.event.clear()
             return
         st.event.set()
@@ -360,6 +362,8 @@ class Client:
         st = self._states.get(msg["key"])
         if st is not None:
             st.who_has = list(msg.get("who_has") or [])
+            value = msg.get("value")
+            st.value = value if isinstance(value, bytes) else None
             self._set(st, FINISHED)
 
     def _on_erred(self, stream: Stream, msg: dict) -> None:
@@ -505,8 +509,31 @@ class Client:
         flat: list[Future] = []
         _collect(futures, flat)
         keys = list(dict.fromkeys(f.key for f in flat))
-        values = self._loop.run(self._gather_keys(keys, errors, timeout), None)
+        values = None
+        if threading.current_thread() is not self._loop.thread:
+            values = self._inline_results(keys, timeout)
+        if values is None:
+            values = self._loop.run(self._gather_keys(keys, errors, timeout), None)
         return _rebuild(futures, values)
+
+    def _inline_results(self, keys: list[str], timeout: float | None) -> dict[str, Any] | None:
+        """The results of ``keys`` when all of them came with their "in memory" news (small ones do), taken in
+        the caller's thread: no trip through the client's loop, none to a worker. None when any key needs
+        more (it erred, was cancelled, or its result is too large to travel that way): then the loop gathers."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        blobs = []
+        for key in keys:
+            st = self._states.get(key)
+            if st is None:
+                return None
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not st.event.wait(remaining):
+                raise TimeoutError(f"timed out after {timeout} s.")
+            blob = st.value
+            if st.status != FINISHED or blob is None:
+                return None
+            blobs.append(blob)
+        return {key: pickle.loads(blob) for key, blob in zip(keys, blobs)}
 
     async def _gather_keys(self, keys: list[str], errors: str, timeout: float | None) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -536,6 +563,9 @@ class Client:
                             raise FutureCancelledError(key, st.reason)
                         raise _build_exception(key, st.error or {})
                     pending.remove(key)
+                elif st.value is not None:
+                    results[key] = pickle.loads(st.value)
+                    pending.remove(key)
                 elif st.who_has:
                     by_worker.setdefault(st.who_has[0], []).append(key)
                 else:
@@ -548,6 +578,10 @@ class Client:
                     reply = {"data": {}, "missing": ks}
                 for key, blob in reply["data"].items():
                     results[key] = pickle.loads(blob)
+                    pending.remove(key)
+                for key, problem in (reply.get("unpicklable") or {}).items():
+                    if errors == "raise":
+                        raise TypeError(f"the result of {key!r} cannot be sent from its worker: {problem}")
                     pending.remove(key)
                 if reply["missing"]:
                     await self._refresh_who_has(reply["missing"], address)

@@ -585,14 +585,16 @@ class Scheduler:
             self.first_finished_after = round(time.monotonic() - self._started_mono, 3)
         if msg.get("duration") is not None:
             self._learn_duration(ts.key, float(msg["duration"]))
-        self._accept_result(ts, ws, int(msg.get("nbytes") or 0))
+        self._accept_result(ts, ws, int(msg.get("nbytes") or 0), msg.get("value"))
         for dts in ts.deps:
             self._release_if_unneeded(dts)
         self._release_if_unneeded(ts)
         self._schedule()
 
-    def _accept_result(self, ts: TaskState, ws: WorkerState, nbytes: int) -> None:
-        """``ts``'s result is on ``ws``: tell the clients that want it, and wake the tasks that waited on it."""
+    def _accept_result(self, ts: TaskState, ws: WorkerState, nbytes: int, value: bytes | None = None) -> None:
+        """``ts``'s result is on ``ws``: tell the clients that want it, and wake the tasks that waited on it.
+        A small result's pickle (``value``, from the worker) goes to those clients with the news; the scheduler
+        keeps no copy."""
         ts.state = MEMORY
         ts.nbytes = nbytes
         ts.waiting_on = set()
@@ -600,7 +602,10 @@ class Scheduler:
         for client in ts.wanted_by:
             stream_c = self.clients.get(client)
             if stream_c is not None:
-                stream_c.send({"op": "key-in-memory", "key": ts.key, "who_has": [ws.address]})
+                news = {"op": "key-in-memory", "key": ts.key, "who_has": [ws.address]}
+                if isinstance(value, bytes):
+                    news["value"] = value
+                stream_c.send(news)
         for dep in ts.dependents:
             if dep.state == WAITING and ts in dep.waiting_on:
                 dep.waiting_on.discard(ts)

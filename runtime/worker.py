@@ -340,7 +340,7 @@ class Worker:
             if self.scheduler is not None:
                 self.scheduler.send({"op": "started", "key": key})
                 self.scheduler._flush()
-            future = asyncio.get_running_loop().run_in_executor(self.pool, _execute, msg["spec"], values)
+            future = asyncio.get_running_loop().run_in_executor(self.pool, _execute_and_pack, msg["spec"], values)
             future.add_done_callback(lambda f, key=key: self._task_done(key, f))
 
     def _task_done(self, key: str, future: asyncio.Future) -> None:
@@ -348,7 +348,7 @@ class Worker:
         self.executing.discard(key)
         duration = time.monotonic() - self.started_at.pop(key, time.monotonic())
         self._tell_nanny(f"F {key}")
-        status, payload = future.result()
+        status, payload, packed = future.result()
         if status == "exit":
             self._fatal_exit(key, payload)
             return
@@ -357,8 +357,10 @@ class Worker:
         elif status == "ok":
             self.data[key] = payload  # kept even while the scheduler is away: reported when we register again
             if self.scheduler is not None:
-                self.scheduler.send({"op": "finished", "key": key, "nbytes": _sizeof(payload),
-                                     "duration": round(duration, 6)})
+                finished = {"op": "finished", "key": key, "nbytes": _sizeof(payload), "duration": round(duration, 6)}
+                if packed is not None:
+                    finished["value"] = packed  # small: it travels on to the clients, sparing them a get-data
+                self.scheduler.send(finished)
         elif self.scheduler is not None:  # an error while it is away: the task runs again, and fails again
             self.scheduler.send({"op": "erred", "key": key, **payload})
         self._run_ready()
@@ -378,13 +380,18 @@ class Worker:
                 self.cancelled.add(key)
 
     def handle_get_data(self, stream: Stream, msg: dict) -> dict:
-        out, missing = {}, []
+        """The pickled values of ``keys``; a value that cannot be pickled is reported by key (``unpicklable``)
+        so that whoever asked raises it, instead of waiting for a value that can never come."""
+        out, missing, unpicklable = {}, [], {}
         for key in msg["keys"]:
-            if key in self.data:
-                out[key] = dumps(self.data[key])
-            else:
+            if key not in self.data:
                 missing.append(key)
-        return {"data": out, "missing": missing}
+                continue
+            try:
+                out[key] = dumps(self.data[key])
+            except Exception as exc:
+                unpicklable[key] = f"{type(exc).__name__}: {exc}"
+        return {"data": out, "missing": missing, "unpicklable": unpicklable}
 
     def handle_put_data(self, stream: Stream, msg: dict) -> dict:
         for key, blob in msg["data"].items():
@@ -468,6 +475,54 @@ def _error_payload(exc: BaseException) -> dict:
     except Exception:
         blob = cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"), protocol=5)
     return {"exception": blob, "exc_type": type(exc).__name__, "message": str(exc), "traceback": tb}
+
+
+# A result whose pickle is at most this long travels with the "finished" message, and the scheduler passes it
+# on to the clients that want it: a client's result() then needs no trip to the worker (one network round trip
+# of the ~five a small task costs). Larger results stay on the worker until asked for, as in Dask.
+INLINE_RESULT_BYTES = 1024
+
+
+class _Full(Exception):
+    pass
+
+
+class _CappedBuffer:
+    """A file for a pickler that refuses to hold more than ``limit`` bytes: pickling a large result stops at the
+    first frame past the limit (frames are at most 64 KiB), so trying costs little whatever the result's size."""
+
+    def __init__(self, limit: int):
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.limit = limit
+
+    def write(self, data: Any) -> int:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise _Full
+        self.parts.append(bytes(data))
+        return len(data)
+
+
+def pack_small(obj: Any, limit: int = INLINE_RESULT_BYTES) -> bytes | None:
+    """``obj`` pickled when that takes at most ``limit`` bytes, else None (also when it cannot be pickled:
+    the get-data path then reports that as it always did)."""
+    for pickler in (pickle.Pickler, cloudpickle.CloudPickler):
+        buf = _CappedBuffer(limit)
+        try:
+            pickler(buf, protocol=5).dump(obj)
+        except _Full:
+            return None
+        except Exception:
+            continue  # e.g. a lambda: plain pickle cannot, cloudpickle can
+        return b"".join(buf.parts)
+    return None
+
+
+def _execute_and_pack(spec: bytes, values: dict) -> tuple[str, Any, bytes | None]:
+    """``_execute``, and a small result pickled here in the task's thread, off the event loop."""
+    status, payload = _execute(spec, values)
+    return status, payload, pack_small(payload) if status == "ok" else None
 
 
 def _execute(spec: bytes, values: dict) -> tuple[str, Any]:

@@ -117,6 +117,46 @@ def test_scatter_and_replicate(client):
     assert len(client.who_has(everywhere)[everywhere.key]) == len(info)
 
 
+def make_doubler():
+    return lambda x: x * 2   # only cloudpickle can carry this
+
+
+def test_small_results_travel_with_the_news_and_large_ones_are_fetched_from_the_worker(client):
+    """A result whose pickle fits ``INLINE_RESULT_BYTES`` comes worker -> scheduler -> client with its "finished"
+    news, so result() makes no trip to the worker; a larger one is fetched from the worker as before. Both give
+    the same values, by result() and by gather(), as do results that only cloudpickle can pickle."""
+    from kwdiag.runtime.worker import INLINE_RESULT_BYTES
+
+    small, doubler = client.submit(inc, 1), client.submit(make_doubler)
+    large = client.submit(bytes, INLINE_RESULT_BYTES * 4)
+    assert small.result(timeout=30) == 2 and doubler.result(timeout=30)(21) == 42
+    assert large.result(timeout=30) == bytes(INLINE_RESULT_BYTES * 4)
+    states = client._states
+    assert states[small.key].value is not None and states[doubler.key].value is not None
+    assert states[large.key].value is None
+    assert client.gather([small, large], timeout=30) == [2, bytes(INLINE_RESULT_BYTES * 4)]
+
+
+def test_packing_a_result_stops_early_when_it_is_large():
+    import pickle
+
+    from kwdiag.runtime.worker import INLINE_RESULT_BYTES, pack_small
+
+    assert pickle.loads(pack_small({"a": [1, 2.5, "x"]})) == {"a": [1, 2.5, "x"]}
+    assert pack_small(list(range(10**6))) is None                 # stopped at the first frame past the limit
+    assert pack_small(b"x" * (INLINE_RESULT_BYTES + 1)) is None
+    assert pack_small(__import__("threading").Lock()) is None     # cannot be pickled: the fetch reports it
+
+
+def test_a_result_that_cannot_be_pickled_is_an_error_not_a_hang(client):
+    import threading
+
+    f = client.submit(threading.Lock)
+    with pytest.raises(TypeError, match="cannot be sent from its worker: TypeError: cannot pickle"):
+        f.result(timeout=60)
+    assert client.gather([f], errors="skip", timeout=60) == [None]      # as for a task that erred
+
+
 def test_released_futures_are_forgotten_by_the_scheduler(client):
     futures = client.map(inc, range(1000, 1050))
     client.gather(futures)
