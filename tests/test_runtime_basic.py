@@ -53,6 +53,7 @@ def test_submit_map_gather_and_dependencies(client):
 
 def test_pure_submissions_share_a_key_and_impure_ones_do_not(client):
     assert client.submit(inc, 41).key == client.submit(inc, 41).key
+    assert client.map(inc, [41, 42])[0].key == client.submit(inc, 41).key   # map pickles inc once: the same key
     assert client.submit(inc, 41, pure=False).key != client.submit(inc, 41, pure=False).key
     assert client.submit(inc, 1, key="my-key").key == "my-key"
 
@@ -115,6 +116,18 @@ def test_scatter_and_replicate(client):
     assert client.gather(several) == [1, 2, 3]
     everywhere = client.scatter(7, broadcast=True)
     assert len(client.who_has(everywhere)[everywhere.key]) == len(info)
+
+
+def test_a_function_that_closes_over_a_future_depends_on_it(client):
+    """A map pickles its function once; one that holds a future is still pickled with each task, where the
+    future becomes that task's dependency (and its value stands in for it)."""
+    base = client.submit(inc, 99)
+
+    def add_base(x):
+        return x + base
+
+    assert client.gather(client.map(add_base, [1, 2]), timeout=30) == [101, 102]
+    assert client.submit(add_base, 3).result(timeout=30) == 103
 
 
 def make_doubler():
