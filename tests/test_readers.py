@@ -186,3 +186,66 @@ def test_any_bytes_are_read_without_raising(tmp_path_factory, chunks):
         assert 0.0 <= d.confidence <= 1.0
         for e in d.evidence:
             assert "\x1b" not in e.text and "\x07" not in e.text
+
+
+# ---------------------------------------------------------------- grep as the prefilter of large files
+def _gnu_grep_here() -> bool:
+    from kwdiag.readers.grepfind import _gnu_grep
+
+    return _gnu_grep() is not None
+
+
+def _both_ways(path, monkeypatch):
+    """The candidate lines and counts of one scan with grep finding the literals and one with the regex."""
+    from kwdiag.readers import scan as scanner
+
+    monkeypatch.setattr(scanner, "GREP_MIN", 0)
+    with_grep, with_regex = [], []
+    a = scanner.scan(str(path), RULES.prefilter, lambda *x: with_grep.append(x), RULES.anchors)
+    b = scanner.scan(str(path), RULES.prefilter, lambda *x: with_regex.append(x), None)
+    return (with_grep, (a.lines, a.bytes, a.long_lines, a.first_long_line)), \
+        (with_regex, (b.lines, b.bytes, b.long_lines, b.first_long_line))
+
+
+@pytest.mark.skipif(not _gnu_grep_here(), reason="no GNU grep on this machine (the regex scan is then the only one)")
+def test_grep_finds_the_same_candidate_lines_as_the_regex_on_every_sample_and_corpus_log(monkeypatch):
+    logs = [p for p in sorted(SAMPLES.rglob("*.log")) if p.stat().st_size and b"\0" not in p.read_bytes()[:65536]]
+    assert len(logs) > 300
+    found = 0
+    for path in logs:
+        grep_way, regex_way = _both_ways(path, monkeypatch)
+        assert grep_way == regex_way, path
+        found += len(grep_way[0])
+    assert found > 1000
+
+
+@pytest.mark.skipif(not _gnu_grep_here(), reason="no GNU grep on this machine (the regex scan is then the only one)")
+def test_grep_and_the_regex_agree_on_awkward_bytes_long_lines_and_block_edges(tmp_path, monkeypatch):
+    from kwdiag.readers.scan import BLOCK, MAX_LINE
+
+    hit = SIGKILL_W1.read_bytes().splitlines(keepends=True)
+    death = next(x for x in hit if b"killed by signal 9" in x)
+    p = tmp_path / "awkward.log"
+    with open(p, "wb") as f:
+        f.write(b"caf\xc3\xa9 \xff\xfe not utf-8\r\n" + death.replace(b"\n", b"\r\n"))
+        f.write(b"y" * (BLOCK - 40 - f.tell()) + b"\n")
+        f.write(death)                                          # across the first block's end
+        f.write(b"z" * (MAX_LINE + 10) + death.rstrip(b"\n"))  # a literal in the unread part of a long line
+        f.write(b"\n" + death + b"x" * (3 * MAX_LINE) + b"\n")  # a long line right after a hit
+        f.write(b"tail " + death.rstrip(b"\n"))                 # a last line without its newline
+    grep_way, regex_way = _both_ways(p, monkeypatch)
+    assert grep_way == regex_way
+    assert len(grep_way[0]) == 5 and grep_way[1][2] == 3        # five candidate lines; three lines over MAX_LINE
+
+
+def test_without_grep_a_large_file_is_still_read(tmp_path, monkeypatch):
+    """KWDIAG_NO_GREP (or no GNU grep): the regex scan reads it, with the same answer."""
+    from kwdiag.readers import scan as scanner
+
+    monkeypatch.setattr(scanner, "GREP_MIN", 0)
+    monkeypatch.setenv("KWDIAG_NO_GREP", "1")
+    from kwdiag.readers.grepfind import grep_offsets
+
+    assert grep_offsets(str(SIGKILL_W1), RULES.anchors) is None
+    r = _sigkill_report([SIGKILL_W1])
+    assert any(d.detail == "sigkill" for d in r.deaths)

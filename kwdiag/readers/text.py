@@ -224,7 +224,7 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None)
         timeouts = RuleTimeouts()
     state = _FileState(inp.name, rules, timeouts)
     try:
-        stats = scan(inp.path, rules.prefilter, state.on_line)
+        stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors)
     except InputUnreadable as exc:
         res.problems.append(InputProblem(inp.name, str(exc)))
         return res
