@@ -1,6 +1,7 @@
 """Runtime speed and failure-detection figures, kwdiag beside Dask distributed in the same run.
 
-Prints, for a local cluster of 2 worker processes with 1 thread each (medians over --repeat runs):
+Prints, for a local cluster of 2 worker processes with 1 thread each (``--workers N`` for more; ``--result-kb K``
+for tasks that return K KiB each, the map then has at most ~2 GiB of results) (medians over --repeat runs):
   map      tasks/s for 5,000 no-op tasks (map + gather)
   chain    tasks/s for a 2,000-task dependency chain
   rtt      median single-task round trip (submit + result, back to back), ms
@@ -30,15 +31,17 @@ import tempfile
 import time
 
 N_MAP, N_CHAIN, N_RTT = 5000, 2000, 200
+WORKERS = 2          # --workers
+RESULT_BYTES = 0     # --result-kb: each task returns this many bytes (0: a small int)
 MEMORY_LIMIT = 400 * 2**20
 
 
 def noop(x):
-    return x
+    return x if not RESULT_BYTES else bytes(RESULT_BYTES)
 
 
 def inc(x):
-    return x + 1
+    return x + 1 if not RESULT_BYTES else bytes(RESULT_BYTES)
 
 
 def hog(path, limit):
@@ -61,12 +64,13 @@ def sleeper(seconds):
 
 def throughput(client, repeat):
     maps, chains, rtts = [], [], []
+    n_map = N_MAP if not RESULT_BYTES else max(50, min(N_MAP, (2 << 30) // RESULT_BYTES))  # at most ~2 GiB gathered
     client.gather(client.map(noop, range(100)))  # warm up connections
     for r in range(repeat):
         start = time.perf_counter()
-        futures = client.map(noop, range(r * N_MAP, (r + 1) * N_MAP))
+        futures = client.map(noop, range(r * n_map, (r + 1) * n_map))
         client.gather(futures)
-        maps.append(N_MAP / (time.perf_counter() - start))
+        maps.append(n_map / (time.perf_counter() - start))
         del futures
         start = time.perf_counter()
         x = client.submit(inc, r * 10**6, pure=False)
@@ -122,7 +126,7 @@ def kwdiag_figures(repeat, failures):
 
     out = {}
     with tempfile.TemporaryDirectory() as log_dir:
-        with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=None, log_dir=log_dir) as cluster, \
+        with LocalCluster(n_workers=WORKERS, threads_per_worker=1, memory_limit=None, log_dir=log_dir) as cluster, \
                 Client(cluster) as client:
             out.update(throughput(client, repeat))
             if failures:
@@ -191,7 +195,7 @@ def dask_figures(repeat, failures, saturation):
 
     out = {}
     with dask.config.set({"distributed.scheduler.worker-saturation": saturation}):
-        with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=None, dashboard_address=None) as cluster, \
+        with LocalCluster(n_workers=WORKERS, threads_per_worker=1, memory_limit=None, dashboard_address=None) as cluster, \
                 Client(cluster) as client:
             out.update(throughput(client, repeat))
             if failures:
@@ -250,7 +254,8 @@ def dask_figures(repeat, failures, saturation):
 
 def dask_elsewhere(python, repeat, failures, saturation):
     cmd = [python, os.path.abspath(__file__), "--only-dask", "--json", "--repeat", str(repeat),
-           "--saturation", saturation] + ([] if failures else ["--no-failures"])
+           "--saturation", saturation, "--workers", str(WORKERS), "--result-kb", str(RESULT_BYTES // 1024)] + \
+        ([] if failures else ["--no-failures"])
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if result.returncode:
@@ -288,11 +293,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dask-python", help="interpreter that has dask[distributed] installed")
     parser.add_argument("--no-failures", action="store_true", help="throughput only")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (1 thread each) for the throughput")
+    parser.add_argument("--result-kb", type=int, default=0, help="each task returns this many KiB (0: a small int)")
     parser.add_argument("--only-dask", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--saturation", default="1.1", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global WORKERS, RESULT_BYTES
+    WORKERS, RESULT_BYTES = args.workers, args.result_kb * 1024
     failures = not args.no_failures
+    print(f"{WORKERS} workers x 1 thread; results: {f'{args.result_kb} KiB' if RESULT_BYTES else 'small ints'}")
     if args.only_dask:
         print(json.dumps(dask_figures(args.repeat, failures, args.saturation if args.saturation == "inf"
                                       else float(args.saturation))))

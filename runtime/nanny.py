@@ -42,21 +42,44 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _tree_rss(pid: int) -> int | None:
-    """Resident memory of ``pid`` and all its descendants; None once it is gone. (The one psutil seam.)"""
-    import psutil
+class TreeRss:
+    """Resident memory of one worker process and all its descendants (the one psutil seam).
 
-    try:
-        proc = psutil.Process(pid)
-        total = proc.memory_info().rss
-        for child in proc.children(recursive=True):
+    Listing the descendants scans every process on the host (psutil reads each ``/proc/*/stat``), so it is
+    redone once a second, not at every sample: with 32 local workers, 32 nannies each scanning every process
+    ten times a second took a large share of a 2-core machine. A child started since the last listing is
+    counted from the next one; the worker's own memory is read at every sample."""
+
+    RELIST_SECONDS = 1.0
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self.psutil = psutil
+        self.pid = pid
+        self.proc: Any = None
+        self.children: list = []
+        self.listed_at = -1e9
+
+    def __call__(self) -> int | None:
+        """The total in bytes; None once the worker is gone."""
+        psutil = self.psutil
+        try:
+            if self.proc is None:
+                self.proc = psutil.Process(self.pid)
+            total = self.proc.memory_info().rss
+            now = time.monotonic()
+            if now - self.listed_at >= self.RELIST_SECONDS:
+                self.children = self.proc.children(recursive=True)
+                self.listed_at = now
+        except psutil.Error:
+            return None
+        for child in self.children:
             try:
                 total += child.memory_info().rss
             except psutil.Error:
                 pass
         return total
-    except psutil.Error:
-        return None
 
 
 class Nanny:
@@ -273,10 +296,13 @@ class Nanny:
     # ---------------------------------------------------------------- memory
     async def _monitor_memory(self) -> None:
         interval = float(self.config["memory_monitor_interval"])
+        measure: TreeRss | None = None
         while not self.closing:
             proc = self.proc
             if proc is not None and proc.returncode is None:
-                rss = _tree_rss(proc.pid)
+                if measure is None or measure.pid != proc.pid:   # a new incarnation: a new process to follow
+                    measure = TreeRss(proc.pid)
+                rss = measure()
                 if rss is not None:
                     # Stamped with the wall clock (for people and charts), kept by the monotonic one: a clock
                     # set back must not keep samples forever, nor one set forward drop them all.

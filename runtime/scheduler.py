@@ -452,6 +452,11 @@ class Scheduler:
                 self._recompute(ts)
             self._report_to_client(ts, client)
         self._schedule()
+        # New tasks that wait only for work on one worker go ahead to it (a chain submitted link by link).
+        running_deps = {d for ts in created if ts.state == WAITING for d in ts.deps if d.state == PROCESSING}
+        for dts in sorted(running_deps, key=lambda t: t.priority):
+            if dts.state == PROCESSING:
+                self._send_successors(dts, dts.processing_on)
 
     def _report_to_client(self, ts: TaskState, client: str | None) -> None:
         stream = self.clients.get(client) if client else None
@@ -543,13 +548,46 @@ class Scheduler:
         for item in skipped:
             heapq.heappush(self.ready, item)
 
-    def _send_compute(self, ts: TaskState, ws: WorkerState) -> None:
+    def _send_compute(self, ts: TaskState, ws: WorkerState, after: list[str] | None = None) -> None:
         ts.state = PROCESSING
         ts.processing_on = ws
         ts.executing = False
         ws.processing.add(ts)
-        ws.stream.send({"op": "compute", "key": ts.key, "spec": ts.run_spec,
-                        "deps": {d.key: [w.address for w in d.who_has] for d in ts.deps}})
+        msg = {"op": "compute", "key": ts.key, "spec": ts.run_spec,
+               "deps": {d.key: [w.address for w in d.who_has] or [ws.address] for d in ts.deps}}
+        if after:
+            msg["after"] = after
+        ws.stream.send(msg)
+        self._send_successors(ts, ws)
+
+    def _send_successors(self, ts: TaskState, ws: WorkerState) -> None:
+        """Send ahead, to the worker computing ``ts``, the tasks downstream of it that can only wait for work
+        on that worker: each of their dependencies is held there or being computed there. The worker runs
+        them as soon as their dependencies finish, without a round trip through the scheduler per task (a
+        chain's link cost two network hops and a placement each). Bounded by the worker's window, like any
+        task it holds; one waiting on a task computed elsewhere, or restricted, waits here as before. A task
+        sent ahead is not *executing* until the worker says it started, so a death meanwhile blames only the
+        task that was running."""
+        if self.recovery is not None and self.recovery.open or ws.status != "running":
+            return
+        stack = [ts]
+        while stack:
+            for dep in sorted(stack.pop().dependents, key=lambda d: d.priority):
+                if dep.state == PROCESSING and dep.processing_on is ws:
+                    stack.append(dep)          # sent ahead already: look further down
+                    continue
+                if dep.state != WAITING or dep.run_spec is None or dep.restrictions:
+                    continue
+                if self._capacity(ws, self._window(dep)) <= 0:
+                    return
+                pending = []
+                for d in dep.deps:
+                    if d.state == PROCESSING and d.processing_on is ws:
+                        pending.append(d.key)
+                    elif not (d.state == MEMORY and ws in d.who_has):
+                        break
+                else:
+                    self._send_compute(dep, ws, after=pending)
 
     # ---------------------------------------------------------------- worker reports
     def _processing_task(self, stream: Stream, key: str) -> tuple[WorkerState | None, TaskState | None]:
@@ -589,6 +627,8 @@ class Scheduler:
         for dts in ts.deps:
             self._release_if_unneeded(dts)
         self._release_if_unneeded(ts)
+        if ts.state == MEMORY:
+            self._send_successors(ts, ws)   # room freed on ws: more of what waits on its work can go ahead
         self._schedule()
 
     def _accept_result(self, ts: TaskState, ws: WorkerState, nbytes: int, value: bytes | None = None) -> None:
@@ -607,9 +647,9 @@ class Scheduler:
                     news["value"] = value
                 stream_c.send(news)
         for dep in ts.dependents:
-            if dep.state == WAITING and ts in dep.waiting_on:
+            if ts in dep.waiting_on:
                 dep.waiting_on.discard(ts)
-                if not dep.waiting_on:
+                if dep.state == WAITING and not dep.waiting_on:
                     self._make_ready(dep)
 
     def _add_holder(self, ts: TaskState, ws: WorkerState) -> None:

@@ -87,6 +87,10 @@ class Worker:
         self.data: dict[str, Any] = {}
         self.specs: dict[str, dict] = {}      # key -> compute message, for tasks not yet started
         self.ready: list[str] = []            # keys whose dependencies are local, in arrival order
+        # Tasks the scheduler sent ahead ("after"): key -> the keys computed here that it still waits for,
+        # and the other way round, dependency -> the keys waiting for it.
+        self.waiting: dict[str, set[str]] = {}
+        self.waited_for: dict[str, set[str]] = {}
         self.executing: set[str] = set()
         self.started_at: dict[str, float] = {}  # key -> monotonic start, for the duration the scheduler learns from
         self.cancelled: set[str] = set()
@@ -261,11 +265,37 @@ class Worker:
         self.cancelled.discard(key)
         self.specs[key] = msg
         missing = [k for k in msg["deps"] if k not in self.data]
-        if missing:
+        after = msg.get("after")
+        if missing and after and all(k in after and self._computing_here(k) for k in missing):
+            self.waiting[key] = set(missing)   # runs when they finish here: no fetch, no scheduler round trip
+            for k in missing:
+                self.waited_for.setdefault(k, set()).add(key)
+        elif missing:
             background(self._fetch_then_ready(key, missing))
         else:
             self.ready.append(key)
             self._run_ready()
+
+    def _computing_here(self, key: str) -> bool:
+        return key in self.executing or key in self.specs
+
+    def _dependency_done(self, dep: str, ok: bool) -> None:
+        """``dep`` finished here (``ok``: its result is in ``self.data``) or will not: wake what waited for it;
+        a task whose dependency will not come is handed back to the scheduler as missing it."""
+        for key in self.waited_for.pop(dep, ()):
+            pending = self.waiting.get(key)
+            if pending is None:
+                continue
+            if not ok:
+                del self.waiting[key]
+                self.specs.pop(key, None)
+                if self.scheduler is not None:
+                    self.scheduler.send({"op": "missing-deps", "key": key, "missing": [dep]})
+                continue
+            pending.discard(dep)
+            if not pending:
+                del self.waiting[key]
+                self.ready.append(key)
 
     async def _fetch_then_ready(self, key: str, missing: list[str]) -> None:
         msg = self.specs.get(key)
@@ -354,6 +384,7 @@ class Worker:
             return
         if key in self.cancelled:
             self.cancelled.discard(key)
+            self._dependency_done(key, ok=False)
         elif status == "ok":
             self.data[key] = payload  # kept even while the scheduler is away: reported when we register again
             if self.scheduler is not None:
@@ -361,8 +392,12 @@ class Worker:
                 if packed is not None:
                     finished["value"] = packed  # small: it travels on to the clients, sparing them a get-data
                 self.scheduler.send(finished)
-        elif self.scheduler is not None:  # an error while it is away: the task runs again, and fails again
-            self.scheduler.send({"op": "erred", "key": key, **payload})
+            self._dependency_done(key, ok=True)
+        else:
+            if self.scheduler is not None:  # an error while it is away: the task runs again, and fails again
+                self.scheduler.send({"op": "erred", "key": key, **payload})
+            # after the error, so that the scheduler marks them erred with it (their "missing" is then moot)
+            self._dependency_done(key, ok=False)
         self._run_ready()
 
     def _fatal_exit(self, key: str, code: Any) -> None:
@@ -375,9 +410,14 @@ class Worker:
     def handle_free_keys(self, stream: Stream, msg: dict) -> None:
         for key in msg["keys"]:
             self.data.pop(key, None)
-            self.specs.pop(key, None)
+            freed_spec = self.specs.pop(key, None)
+            pending = self.waiting.pop(key, None)
+            for dep in pending or ():
+                self.waited_for.get(dep, set()).discard(key)
             if key in self.executing:
                 self.cancelled.add(key)
+            elif freed_spec is not None:
+                self._dependency_done(key, ok=False)   # it will not run: what waited for it cannot either
 
     def handle_get_data(self, stream: Stream, msg: dict) -> dict:
         """The pickled values of ``keys``; a value that cannot be pickled is reported by key (``unpicklable``)

@@ -82,6 +82,52 @@ def test_sigkill_mid_task_is_noticed_at_once_rerouted_and_lost_results_recompute
         assert client.submit(inc, a).result(timeout=30) == 3
 
 
+def chain_link(x, fail_at=None, seconds=0.0):
+    if x == fail_at:
+        raise ValueError(f"link {x} fails")
+    time.sleep(seconds)
+    return x + 1
+
+
+def test_a_chain_sent_ahead_survives_its_worker_dying_and_only_the_running_link_is_blamed(log_dir):
+    """The scheduler sends a chain's next links ahead to the worker computing it. SIGKILL that worker while
+    one link sleeps: the links sent ahead were not running, so only that link is blamed; the chain finishes
+    on the survivor with the right value."""
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        x = client.submit(chain_link, 0, pure=False)
+        links = [x]
+        for i in range(1, 40):
+            x = client.submit(chain_link, x, None, 3.0 if i == 20 else 0.0, pure=False)
+            links.append(x)
+        slow = links[20]
+        holder = wait_until(lambda: next((i["name"] for i in client.scheduler_info()["workers"].values()
+                                          if slow.key in i["executing"]), None), what="the slow link running")
+        queued_there = next(i["processing"] for i in client.scheduler_info()["workers"].values()
+                            if i["name"] == holder)
+        assert queued_there > 1                       # links after it were sent ahead to the same worker
+        os.kill(worker_pid(cluster, holder), signal.SIGKILL)
+        removed = wait_for_event(log_dir, "worker-removed", name=holder)[0]
+        assert removed.fields["blamed"] == [slow.key]
+        assert len(removed.fields["rerouted"]) == queued_there
+        assert x.result(timeout=120) == 40
+
+
+def test_an_error_inside_a_chain_sent_ahead_fails_the_rest_and_nothing_waits_forever(log_dir):
+    with LocalCluster(n_workers=1, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        x = client.submit(chain_link, 0, pure=False)
+        links = [x]
+        for _ in range(30):
+            x = client.submit(chain_link, x, 10, pure=False)
+            links.append(x)
+        with pytest.raises(ValueError, match="link 10 fails"):
+            x.result(timeout=60)
+        assert links[9].result(timeout=30) == 10 and links[10].status == "error"
+        info = next(iter(client.scheduler_info()["workers"].values()))
+        wait_until(lambda: next(iter(client.scheduler_info()["workers"].values()))["processing"] == 0,
+                   what="nothing left waiting on the worker")
+        assert info["name"] and client.submit(inc, 1).result(timeout=30) == 2
+
+
 def test_nanny_restarts_a_killed_worker_and_records_the_exit(log_dir):
     with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit="1GiB", log_dir=log_dir) as cluster, \
             Client(cluster) as client:
@@ -185,6 +231,29 @@ def test_nanny_terminates_a_worker_past_its_memory_budget(log_dir):
         assert exit_event.fields["peak_rss"] > 0.95 * limit
         wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
                    what="worker restarted after the memory kill")
+
+
+def hog_in_a_child_process():
+    """The worker stays small; a process it starts grows past the limit (a subprocess a task runs)."""
+    import subprocess
+    import sys
+
+    # it holds the memory while its parent (the worker) lives, and goes with it: no orphan keeps 1.2 GB
+    code = ("import os, time\nparent = os.getppid()\nb = [bytearray(20 * 2**20) for _ in range(60)]\n"
+            "while os.getppid() == parent:\n    time.sleep(0.05)")
+    subprocess.run([sys.executable, "-c", code], timeout=300)
+
+
+def test_the_memory_of_a_process_a_task_starts_counts_against_the_worker(log_dir):
+    """The nanny watches the worker and its descendants (listed again once a second, not at every sample)."""
+    limit = 400 * 2**20
+    with LocalCluster(n_workers=1, memory_limit=limit, log_dir=log_dir,
+                      scheduler_kwargs={"allowed_failures": 0}) as cluster, Client(cluster) as client:
+        hog = client.submit(hog_in_a_child_process)
+        with pytest.raises(KilledWorker):
+            hog.result(timeout=120)
+        terminate = wait_for_event(log_dir, "nanny-memory-terminate")[0]
+        assert terminate.fields["rss"] > 0.95 * limit and terminate.fields["running_tasks"] == [hog.key]
 
 
 def test_nanny_backs_off_a_restart_loop(log_dir):
