@@ -602,6 +602,7 @@ class Client:
                 for key, blob in reply["data"].items():
                     results[key] = pickle.loads(blob)
                     pending.remove(key)
+                # "deferred": the worker sends at most GET_DATA_BYTES per reply; those are asked for again
                 for key, problem in (reply.get("unpicklable") or {}).items():
                     if errors == "raise":
                         raise TypeError(f"the result of {key!r} cannot be sent from its worker: {problem}")
@@ -615,10 +616,13 @@ class Client:
         if stream is None:
             await asyncio.sleep(0.05)
             return
+        asked = {key: st.who_has for key in keys if (st := self._states.get(key)) is not None}
         who_has = await stream.request("who-has", keys=keys)
         for key in keys:
             st = self._states.get(key)
-            if st is None or st.status != FINISHED:
+            if st is None or st.status != FINISHED or st.who_has is not asked.get(key):
+                # Changed since we asked (news handled while the reply waited, e.g. the key computed again
+                # elsewhere): the reply is older than what we know, and would undo it.
                 continue
             holders = [a for a in who_has.get(key) or [] if a != failed]
             if holders:

@@ -344,6 +344,8 @@ class Worker:
                 for key, blob in reply["data"].items():
                     self.data[key] = pickle.loads(blob)
                     remaining.pop(key, None)
+                for key in reply.get("deferred") or ():
+                    tried[key].discard(holder)   # not refused: sent in a later reply
             if self.scheduler is not None:
                 got = [k for k in who_has if k not in remaining and k in self.data]
                 if got:
@@ -422,16 +424,21 @@ class Worker:
     def handle_get_data(self, stream: Stream, msg: dict) -> dict:
         """The pickled values of ``keys``; a value that cannot be pickled is reported by key (``unpicklable``)
         so that whoever asked raises it, instead of waiting for a value that can never come."""
-        out, missing, unpicklable = {}, [], {}
+        out, missing, unpicklable, deferred = {}, [], {}, []
+        size = 0
         for key in msg["keys"]:
+            if size >= GET_DATA_BYTES:
+                deferred.append(key)   # one reply stays small enough not to stall this loop (and heartbeats)
+                continue
             if key not in self.data:
                 missing.append(key)
                 continue
             try:
-                out[key] = dumps(self.data[key])
+                out[key] = blob = dumps(self.data[key])
+                size += len(blob)
             except Exception as exc:
                 unpicklable[key] = f"{type(exc).__name__}: {exc}"
-        return {"data": out, "missing": missing, "unpicklable": unpicklable}
+        return {"data": out, "missing": missing, "unpicklable": unpicklable, "deferred": deferred}
 
     def handle_put_data(self, stream: Stream, msg: dict) -> dict:
         for key, blob in msg["data"].items():
@@ -516,6 +523,11 @@ def _error_payload(exc: BaseException) -> dict:
         blob = cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"), protocol=5)
     return {"exception": blob, "exc_type": type(exc).__name__, "message": str(exc), "traceback": tb}
 
+
+# A get-data reply holds at most about this many bytes; the rest of the keys asked for are "deferred" and asked
+# for again. Pickling and framing a reply runs on the event loop: 800 results of 1 MiB in one reply stalled a
+# worker past its heartbeat time-to-live, and the scheduler had it killed.
+GET_DATA_BYTES = 64 << 20
 
 # A result whose pickle is at most this long travels with the "finished" message, and the scheduler passes it
 # on to the clients that want it: a client's result() then needs no trip to the worker (one network round trip

@@ -150,6 +150,38 @@ def test_small_results_travel_with_the_news_and_large_ones_are_fetched_from_the_
     assert client.gather([small, large], timeout=30) == [2, bytes(INLINE_RESULT_BYTES * 4)]
 
 
+def one_mib(i):
+    return bytes([i % 256]) * (1 << 20)
+
+
+def test_gathering_more_than_one_reply_holds_comes_in_several_replies_without_stalling_a_worker(client, cluster):
+    """A worker's get-data reply holds at most GET_DATA_BYTES (64 MiB); the rest is deferred and asked for
+    again. 160 MiB of results from two workers: every value right, no worker silent past its heartbeat."""
+    futures = client.map(one_mib, range(160), pure=False)
+    values = client.gather(futures, timeout=120)
+    assert [v[:1] for v in values] == [bytes([i]) for i in range(160)] and {len(v) for v in values} == {1 << 20}
+    assert not read_events(cluster.log_dir, "heartbeat-missed")
+    del futures, values
+
+
+def test_a_get_data_reply_stops_at_its_byte_budget_and_defers_the_rest(tmp_path):
+    """The worker's handler itself (a real Worker, not started): 100 MiB asked for, 64 MiB sent."""
+    import asyncio
+
+    from kwdiag.runtime import config
+    from kwdiag.runtime.worker import GET_DATA_BYTES, Worker
+
+    async def ask():
+        worker = Worker(name="t", scheduler_address="tcp://127.0.0.1:1", secret=b"x" * 32, config=config.load(),
+                        log_dir=str(tmp_path))
+        worker.data = {f"k{i}": bytes(1 << 20) for i in range(100)}
+        return worker.handle_get_data(None, {"keys": [f"k{i}" for i in range(100)]})
+
+    reply = asyncio.run(ask())
+    assert len(reply["data"]) == GET_DATA_BYTES >> 20 and len(reply["deferred"]) == 100 - (GET_DATA_BYTES >> 20)
+    assert not reply["missing"] and list(reply["data"]) + reply["deferred"] == [f"k{i}" for i in range(100)]
+
+
 def test_packing_a_result_stops_early_when_it_is_large():
     import pickle
 
