@@ -602,7 +602,7 @@ class Client:
                 for key, blob in reply["data"].items():
                     results[key] = pickle.loads(blob)
                     pending.remove(key)
-                # "deferred": the worker sends at most GET_DATA_BYTES per reply; those are asked for again
+                # Keys the worker "deferred" (a reply holds at most GET_DATA_BYTES) stay pending: asked again.
                 for key, problem in (reply.get("unpicklable") or {}).items():
                     if errors == "raise":
                         raise TypeError(f"the result of {key!r} cannot be sent from its worker: {problem}")
