@@ -214,25 +214,6 @@ def test_allowed_failures_default_is_three(log_dir):
         wait_until(lambda: len(read_events(log_dir, "worker-exit")) == 4, what="four exits recorded")
 
 
-def test_nanny_terminates_a_worker_past_its_memory_budget(log_dir):
-    limit = 400 * 2**20
-    with LocalCluster(n_workers=1, memory_limit=limit, log_dir=log_dir,
-                      scheduler_kwargs={"allowed_failures": 0}) as cluster, Client(cluster) as client:
-        hog = client.submit(hog_memory)
-        with pytest.raises(KilledWorker):
-            hog.result(timeout=60)
-        terminate = wait_for_event(log_dir, "nanny-memory-terminate")[0]
-        assert terminate.fields["rss"] > 0.95 * limit and terminate.fields["running_tasks"] == [hog.key]
-        assert "exceeded 95% memory budget" in terminate.message
-        exit_event = wait_for_event(log_dir, "worker-exit")[0]
-        assert exit_event.fields["caused_by"] == "memory" and exit_event.fields["exitcode"] in (-15, -9)
-        samples = exit_event.fields["memory_samples"]
-        assert len(samples) >= 3 and samples[-1][1] > samples[0][1]       # the climb, as a time series
-        assert exit_event.fields["peak_rss"] > 0.95 * limit
-        wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
-                   what="worker restarted after the memory kill")
-
-
 def hog_in_a_child_process():
     """The worker stays small; a process it starts grows past the limit (a subprocess a task runs)."""
     import subprocess
@@ -244,16 +225,26 @@ def hog_in_a_child_process():
     subprocess.run([sys.executable, "-c", code], timeout=300)
 
 
-def test_the_memory_of_a_process_a_task_starts_counts_against_the_worker(log_dir):
-    """The nanny watches the worker and its descendants (listed again once a second, not at every sample)."""
+@pytest.mark.parametrize("hog", [hog_memory, hog_in_a_child_process], ids=["in-the-worker", "in-a-child-process"])
+def test_nanny_terminates_a_worker_past_its_memory_budget(log_dir, hog):
+    """The nanny watches the worker and its descendants (listed again once a second, not at every sample):
+    the memory of a process a task starts counts against the worker too."""
     limit = 400 * 2**20
     with LocalCluster(n_workers=1, memory_limit=limit, log_dir=log_dir,
                       scheduler_kwargs={"allowed_failures": 0}) as cluster, Client(cluster) as client:
-        hog = client.submit(hog_in_a_child_process)
+        hogging = client.submit(hog)
         with pytest.raises(KilledWorker):
-            hog.result(timeout=120)
+            hogging.result(timeout=120)
         terminate = wait_for_event(log_dir, "nanny-memory-terminate")[0]
-        assert terminate.fields["rss"] > 0.95 * limit and terminate.fields["running_tasks"] == [hog.key]
+        assert terminate.fields["rss"] > 0.95 * limit and terminate.fields["running_tasks"] == [hogging.key]
+        assert "exceeded 95% memory budget" in terminate.message
+        exit_event = wait_for_event(log_dir, "worker-exit")[0]
+        assert exit_event.fields["caused_by"] == "memory" and exit_event.fields["exitcode"] in (-15, -9)
+        samples = exit_event.fields["memory_samples"]
+        assert len(samples) >= 3 and samples[-1][1] > samples[0][1]       # the climb, as a time series
+        assert exit_event.fields["peak_rss"] > 0.95 * limit
+        wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
+                   what="worker restarted after the memory kill")
 
 
 def test_nanny_backs_off_a_restart_loop(log_dir):
