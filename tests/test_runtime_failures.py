@@ -216,9 +216,6 @@ def test_allowed_failures_default_is_three(log_dir):
 
 def hog_in_a_child_process():
     """The worker stays small; a process it starts grows past the limit (a subprocess a task runs)."""
-    import subprocess
-    import sys
-
     # it holds the memory while its parent (the worker) lives, and goes with it: no orphan keeps 1.2 GB
     code = ("import os, time\nparent = os.getppid()\nb = [bytearray(20 * 2**20) for _ in range(60)]\n"
             "while os.getppid() == parent:\n    time.sleep(0.05)")
