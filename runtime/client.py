@@ -350,11 +350,16 @@ class Client:
             self._stream.send({"op": "update-graph", "tasks": tasks})
         return len(tasks)
 
-    def _send(self, message: dict) -> None:
+    def _send(self, message: dict, keep_alive: Any = None) -> None:
+        """Send ``message`` from the client's loop. ``keep_alive`` (a submission's arguments) stays referenced
+        until the message is on its way: a future among them that the caller drops at once
+        (``f = client.submit(inc, f)``) is then released only after the task that depends on it was sent, so
+        the scheduler never hears of the release first and forgets the dependency."""
         def send() -> None:
             # While the scheduler is away, submissions wait in self._specs and are sent on reconnect.
             if self._stream is not None:
                 self._stream.send(message)
+        send.keep_alive = keep_alive  # type: ignore[attr-defined]  # dropped with the callback, after it ran
         self._loop.call(send)
 
     def _request(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
@@ -491,7 +496,7 @@ class Client:
         task = {"key": key, "spec": spec, "deps": deps, "workers": _as_list(workers), "loose": allow_other_workers,
                 "priority": priority}
         self._specs[key] = task
-        self._send({"op": "update-graph", "tasks": [task]})
+        self._send({"op": "update-graph", "tasks": [task]}, keep_alive=(func, args, kwargs))
         return future
 
     def map(self, func: Any, *iterables: Iterable, key: str | list[str] | None = None, workers: Any = None,
@@ -515,7 +520,7 @@ class Client:
             self._specs[k] = task
             tasks.append(task)
         if tasks:
-            self._send({"op": "update-graph", "tasks": tasks})
+            self._send({"op": "update-graph", "tasks": tasks}, keep_alive=(func, items, kwargs))
         return futures
 
     # ---------------------------------------------------------------- results
