@@ -21,6 +21,7 @@ Records (worker names, not addresses, name holders: an address dies with its inc
     want    client, [keys]          /  unwant  client, [keys]
     has     key, worker, nbytes     a worker holds the result   /  drop  key, worker
     err     key, error              /  forget  [keys]            /  flush  (client.restart())
+    retry   key                     client.retry: the error is cleared, the task runs again
     blame   key, deaths, [workers]  the allowed-failures count and who died running it
     worker  name, address, up       a worker down takes every result it held with it
     client  id, up                  /  close  reason (a clean end: nothing to recover)
@@ -115,6 +116,10 @@ class Replay:
         elif op == "forget":
             for key in rec[1]:
                 self.tasks.pop(key, None)
+        elif op == "retry":   # client.retry: the error is gone and the task runs again
+            ts = self.tasks.get(rec[1])
+            if ts is not None:
+                ts.error, ts.deaths, ts.death_workers = None, 0, []
         elif op == "blame":
             ts = self.tasks.get(rec[1])
             if ts is not None:

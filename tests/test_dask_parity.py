@@ -31,7 +31,7 @@ def _api(module: Any, client) -> types.SimpleNamespace:
 
 @pytest.fixture(scope="module")
 def dask_api():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0",
                                   memory_limit="1GiB") as cluster, distributed.Client(cluster) as client:
         yield _api(distributed, client)
 

@@ -41,20 +41,20 @@ def test_the_prefetch_window_widens_for_short_tasks_and_narrows_when_they_turn_l
     unknown -> worker_window; short -> about worker_window_seconds of work, capped; long again -> back."""
     from kwdiag.runtime.scheduler import Scheduler, TaskState, key_prefix
 
-    scheduler = Scheduler(secret=b"s" * 32, config=config.load({}, use_file=False, environ={}), log_dir=None)
+    scheduler = Scheduler(secret=b"s" * 32, config=config.load({}, use_file=False, environ={}), log_dir=None).state
     task = TaskState("noop-3f2a", b"", (0, 0))
     assert key_prefix("noop-3f2a") == key_prefix("noop-99") == "noop" and key_prefix("plain") == "plain"
-    assert scheduler._window(task) == 4                        # nothing known yet: the configured window
-    scheduler._learn_duration("noop-1", 0.001)                 # 1 ms tasks: 10 ms of work is 10 tasks
-    assert scheduler._window(task) == 10
+    assert scheduler.window(task) == 4                        # nothing known yet: the configured window
+    scheduler.learn_duration("noop-1", 0.001)                 # 1 ms tasks: 10 ms of work is 10 tasks
+    assert scheduler.window(task) == 10
     for _ in range(10):
-        scheduler._learn_duration("noop-2", 0.00001)           # no-ops: the estimate follows them down
-    assert scheduler._window(task) == 64                        # never past worker_window_max
+        scheduler.learn_duration("noop-2", 0.00001)           # no-ops: the estimate follows them down
+    assert scheduler.window(task) == 64                        # never past worker_window_max
     for _ in range(3):
-        scheduler._learn_duration("noop-3", 2.0)               # the same function turns slow
-    assert scheduler._window(task) == 4
-    assert scheduler._window(TaskState("other-1", b"", (0, 0))) == 4   # per function, not global
+        scheduler.learn_duration("noop-3", 2.0)               # the same function turns slow
+    assert scheduler.window(task) == 4
+    assert scheduler.window(TaskState("other-1", b"", (0, 0))) == 4   # per function, not global
     narrow = Scheduler(secret=b"s" * 32, log_dir=None,
-                       config=config.load({"worker_window_seconds": "0s"}, use_file=False, environ={}))
-    narrow._learn_duration("noop-1", 0.00001)
-    assert narrow._window(task) == 4                           # 0 s turns the widening off
+                       config=config.load({"worker_window_seconds": "0s"}, use_file=False, environ={})).state
+    narrow.learn_duration("noop-1", 0.00001)
+    assert narrow.window(task) == 4                           # 0 s turns the widening off
