@@ -17,11 +17,13 @@ disk: no ``fsync`` per record, which would cost milliseconds per task).
 Records (worker names, not addresses, name holders: an address dies with its incarnation)::
 
     hello   {cluster, pid, address, started, version}   first record of every file
-    task    key, spec, deps, priority, restrictions, loose   a task the scheduler was given (spec None: scattered)
+    task    key, spec, deps, priority, restrictions, loose[, retries]   a task the scheduler was given
+                                    (spec None: scattered; retries: submit(retries=), from its submission)
     want    client, [keys]          /  unwant  client, [keys]
     has     key, worker, nbytes     a worker holds the result   /  drop  key, worker
     err     key, error              /  forget  [keys]            /  flush  (client.restart())
     retry   key                     client.retry: the error is cleared, the task runs again
+    retries key, left               a task error was retried (submit(retries=)): retries left
     blame   key, deaths, [workers]  the allowed-failures count and who died running it
     worker  name, address, up       a worker down takes every result it held with it
     client  id, up                  /  close  reason (a clean end: nothing to recover)
@@ -62,6 +64,7 @@ class TaskRecord:
     priority: int = 0
     restrictions: list[str] | None = None
     loose: bool = False
+    retries: int = 0
     wanted_by: set[str] = field(default_factory=set)
     holders: dict[str, int] = field(default_factory=dict)   # worker name -> nbytes
     error: dict | None = None
@@ -90,11 +93,12 @@ class Replay:
             self.closed = None
         elif op == "task":
             key, spec, deps, priority, restrictions, loose = rec[1:7]
+            retries = int(rec[7] or 0) if len(rec) > 7 else 0   # (journals before retries have 7 fields)
             old = self.tasks.get(key)
             if old is None or old.spec is None:
                 self.tasks[key] = TaskRecord(key, spec, list(deps or ()), int(priority or 0),
                                              list(restrictions) if restrictions else None, bool(loose),
-                                             wanted_by=old.wanted_by if old else set(),
+                                             retries=retries, wanted_by=old.wanted_by if old else set(),
                                              holders=old.holders if old else {})
         elif op in ("want", "unwant"):
             for key in rec[2]:
@@ -116,6 +120,10 @@ class Replay:
         elif op == "forget":
             for key in rec[1]:
                 self.tasks.pop(key, None)
+        elif op == "retries":   # a task error was retried: this many retries are left
+            ts = self.tasks.get(rec[1])
+            if ts is not None:
+                ts.retries = int(rec[2])
         elif op == "retry":   # client.retry: the error is gone and the task runs again
             ts = self.tasks.get(rec[1])
             if ts is not None:

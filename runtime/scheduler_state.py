@@ -151,9 +151,10 @@ MAX_KEYS_LISTED = 50  # keys named in an event or a tally; the counts are always
 
 
 def task_record(ts: TaskState, deps: Iterable[str] | None) -> list:
-    """The journal's ``task`` record of ``ts``."""
+    """The journal's ``task`` record of ``ts`` (with the retries it has left; each one used is a ``retries``
+    record)."""
     return ["task", ts.key, ts.run_spec, list(deps or ()), -ts.priority[0],
-            sorted(ts.restrictions) if ts.restrictions else None, ts.loose]
+            sorted(ts.restrictions) if ts.restrictions else None, ts.loose, ts.retries]
 
 
 def lost_error(key: str, worker: str | None) -> dict:
@@ -460,7 +461,8 @@ class SchedulerState:
             # While a recovery waits for workers to report what they hold, nothing is recomputed yet.
             if ts.state == RELEASED and ts.error is None and not self.recovering:
                 self._recompute(ts)
-            self._report(ts, client)
+            if ts not in created:   # (a new task's own transitions tell the client)
+                self._report(ts, client)
         self._schedule()
         # New tasks that wait only for work on one worker go ahead to it (a chain submitted link by link).
         running_deps = {d for ts in created if ts.state == WAITING for d in ts.deps if d.state == PROCESSING}
@@ -702,6 +704,7 @@ class SchedulerState:
                     retries_left=ts.retries)
         if ts.retries > 0:
             ts.retries -= 1
+            self._j(["retries", ts.key, ts.retries])
             ts.state = RELEASED
             self._recompute(ts)
         else:
@@ -952,6 +955,7 @@ class SchedulerState:
             ts = TaskState(rec.key, rec.spec, (-rec.priority, next(self._priority)))
             ts.restrictions = set(rec.restrictions) if rec.restrictions else None
             ts.loose = rec.loose
+            ts.retries = int(getattr(rec, "retries", 0) or 0)
             ts.wanted_by = set(rec.wanted_by)
             ts.suspicious, ts.death_workers = rec.deaths, list(rec.death_workers)
             if rec.error is not None:
