@@ -55,6 +55,22 @@ class FutureCancelledError(CancelledError):
         self.reason = reason
 
 
+class FuturesCancelledError(CancelledError):
+    """``wait()`` found cancelled futures among those it waited for (Dask's name): ``errors`` holds each one's
+    ``FutureCancelledError``."""
+
+    def __init__(self, errors: list[FutureCancelledError]):
+        super().__init__(f"{len(errors)} Future{'s' if len(errors) != 1 else ''} cancelled")
+        self.errors = list(errors)
+
+    def __str__(self) -> str:
+        reasons: dict[str, int] = {}
+        for error in self.errors:
+            reasons[error.reason] = reasons.get(error.reason, 0) + 1
+        return (f"{len(self.errors)} Future{'s' if len(self.errors) != 1 else ''} cancelled: "
+                + ", ".join(f"{n} {reason}" for reason, n in reasons.items()))
+
+
 class VersionMismatchError(ValueError):
     """``get_versions(check=True)`` found processes whose package versions differ."""
 
@@ -63,5 +79,5 @@ class VersionMismatchWarning(UserWarning):
     """The scheduler reported a version mismatch with this client on connect."""
 
 
-__all__ = ["KilledWorker", "ScatteredDataLost", "FutureCancelledError", "VersionMismatchError",
+__all__ = ["KilledWorker", "ScatteredDataLost", "FutureCancelledError", "FuturesCancelledError", "VersionMismatchError",
            "VersionMismatchWarning", "CommClosedError", "CancelledError"]

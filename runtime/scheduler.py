@@ -81,6 +81,7 @@ class Scheduler:
             "close-client": self.handle_close_client,
             "heartbeat": self.handle_heartbeat,
             "started": self.handle_started,
+            "seceded": self.handle_seceded,
             "finished": self.handle_finished,
             "erred": self.handle_erred,
             "missing-deps": self.handle_missing_deps,
@@ -91,6 +92,7 @@ class Scheduler:
             "release-keys": self.handle_release_keys,
             "cancel": self.handle_cancel,
             "retry": self.handle_retry,
+            "fire-and-forget": self.handle_fire_and_forget,
             "scatter": self.handle_scatter,
             "replicate": self.handle_replicate,
             "who-has": self.handle_who_has,
@@ -351,7 +353,15 @@ class Scheduler:
         self.apply(out)
         return keys
 
+    def handle_fire_and_forget(self, stream: Stream, msg: dict) -> None:
+        self.apply(self.state.fire_and_forget(msg["keys"]))
+
     # ---------------------------------------------------------------- workers' stimuli
+    def handle_seceded(self, stream: Stream, msg: dict) -> None:
+        address = self._worker_of(stream)
+        if address is not None:
+            self.apply(self.state.task_seceded(address, msg["key"]))
+
     def handle_started(self, stream: Stream, msg: dict) -> None:
         address = self._worker_of(stream)
         if address is not None:
@@ -372,7 +382,7 @@ class Scheduler:
         if address is not None:
             self.apply(self.state.task_erred(address, msg["key"], exception=msg.get("exception"),
                                              exc_type=msg.get("exc_type"), message=msg.get("message"),
-                                             traceback=msg.get("traceback")))
+                                             traceback=msg.get("traceback"), frames=msg.get("frames")))
 
     def handle_missing_deps(self, stream: Stream, msg: dict) -> None:
         address = self._worker_of(stream)

@@ -52,11 +52,17 @@ RELEASED, WAITING, READY, PROCESSING = TaskStatus.RELEASED, TaskStatus.WAITING, 
 MEMORY, ERRED, FORGOTTEN = TaskStatus.MEMORY, TaskStatus.ERRED, TaskStatus.FORGOTTEN
 ACTIVE = frozenset((WAITING, READY, PROCESSING))
 WORKER, CLIENT = "worker", "client"   # the two kinds of recipient of an outbox's messages
+# The pseudo-client of ``fire_and_forget``: it wants a key until the key is in memory or erred, then lets go.
+FIRE_AND_FORGET = "fire-and-forget"
 MISSING_DEPS_RETRIES = 3   # deliveries a dependency's holders may fail before its copies count as lost
 
 
 def key_prefix(key: str) -> str:
-    """``inc-1f3a...`` -> ``inc``: tasks of one function share duration estimates, as in Dask."""
+    """``inc-1f3a...`` -> ``inc``: tasks of one function share duration estimates, as in Dask. A Dask
+    collection's key, ``('sum-part-9c1e...', 3)``, is named by its first element."""
+    if key.startswith("('"):
+        end = key.find("'", 2)
+        key = key[2:end] if end > 0 else key
     return key.rsplit("-", 1)[0] if "-" in key else key
 
 
@@ -94,7 +100,7 @@ class TaskState:
 
 class WorkerState:
     __slots__ = ("address", "name", "nthreads", "memory_limit", "nanny", "pid", "incarnation", "processing",
-                 "executing", "has_what", "status", "versions", "memory")
+                 "executing", "has_what", "status", "versions", "memory", "long_running")
 
     def __init__(self, address: str, name: str, nthreads: int):
         self.address = address
@@ -110,6 +116,7 @@ class WorkerState:
         self.status = WorkerStatus.RUNNING
         self.versions: dict = {}
         self.memory: int | None = None  # resident bytes, from registration and heartbeats
+        self.long_running: set[TaskState] = set()  # seceded tasks (secede, worker_client): they hold no thread
 
     def __repr__(self) -> str:
         return f"<Worker {self.address!r} name={self.name!r}>"
@@ -536,7 +543,7 @@ class SchedulerState:
 
     @staticmethod
     def _capacity(ws: WorkerState, window: int) -> int:
-        return ws.nthreads + window - len(ws.processing)
+        return ws.nthreads + window - len(ws.processing) + len(ws.long_running)
 
     def schedule(self) -> Outbox:
         self._schedule()
@@ -632,11 +639,21 @@ class SchedulerState:
             ws.executing.add(ts)
         return self._take()
 
+    def task_seceded(self, address: str, key: str) -> Outbox:
+        """The task left its worker's thread pool (``secede``: it waits on other tasks): its thread is free for
+        another task, so it no longer counts against the worker's capacity."""
+        ws, ts = self._processing_on(address, key)
+        if ts is not None:
+            ws.long_running.add(ts)
+            self._schedule()
+        return self._take()
+
     def _done_processing(self, ts: TaskState) -> None:
         ws = ts.processing_on
         if ws is not None:
             ws.processing.discard(ts)
             ws.executing.discard(ts)
+            ws.long_running.discard(ts)
         ts.processing_on = None
         ts.executing = False
 
@@ -656,6 +673,7 @@ class SchedulerState:
         self._accept_result(ts, ws, int(nbytes or 0), value)
         for dts in ts.deps:
             self._release_if_unneeded(dts)
+        self._fired_and_done(ts)
         self._release_if_unneeded(ts)
         if ts.state == MEMORY:
             self._send_successors(ts, ws)   # room freed on ws: more of what waits on its work can go ahead
@@ -669,6 +687,8 @@ class SchedulerState:
         ts.waiting_on = set()
         self._add_holder(ts, ws)
         for client in ts.wanted_by:
+            if client == FIRE_AND_FORGET:
+                continue
             news = {"op": "key-in-memory", "key": ts.key, "who_has": [ws.address]}
             if isinstance(value, bytes):
                 news["value"] = value
@@ -692,7 +712,7 @@ class SchedulerState:
             ws.has_what.discard(ts)
 
     def task_erred(self, address: str, key: str, *, exception: bytes | None = None, exc_type: str | None = None,
-                   message: str | None = None, traceback: str | None = None) -> Outbox:
+                   message: str | None = None, traceback: str | None = None, frames: list | None = None) -> Outbox:
         """The task raised. With retries left it runs again (Dask's ``retries=``); otherwise it and everything
         downstream of it is erred with its exception."""
         ws, ts = self._processing_on(address, key)
@@ -709,13 +729,13 @@ class SchedulerState:
             self._recompute(ts)
         else:
             self._set_erred(ts, {"type": "exception", "key": ts.key, "exception": exception, "exc_type": exc_type,
-                                 "message": message, "traceback": traceback})
+                                 "message": message, "traceback": traceback, "frames": frames})
         self._schedule()
         return self._take()
 
     def _set_erred(self, ts: TaskState, error: dict) -> None:
         """Mark ``ts`` and everything downstream of it erred with the same error."""
-        stack = [ts]
+        stack, erred = [ts], []
         while stack:
             t = stack.pop()
             if t.state in (ERRED, FORGOTTEN):
@@ -729,11 +749,15 @@ class SchedulerState:
             self.counters["erred"] += 1
             t.waiting_on = set()
             for client in t.wanted_by:
-                self.out.to_client(client, {"op": "task-erred", "key": t.key, "error": error})
+                if client != FIRE_AND_FORGET:
+                    self.out.to_client(client, {"op": "task-erred", "key": t.key, "error": error})
             stack.extend(d for d in t.dependents if d.state != MEMORY)
+            erred.append(t)
             # An erred task needs no inputs: release the ones nothing else waits for.
             for dts in t.deps:
                 self._release_if_unneeded(dts)
+        for t in erred:
+            self._fired_and_done(t)
 
     def missing_deps(self, address: str, key: str, missing: Iterable[str]) -> Outbox:
         """A worker could not get ``key``'s inputs from their holders: back to the lineage."""
@@ -891,6 +915,27 @@ class SchedulerState:
                 self._recompute(ts)
         self._schedule()
         return self._take(), [ts.key for ts in reset]
+
+    def fire_and_forget(self, keys: Iterable[str]) -> Outbox:
+        """Run ``keys`` though no client may hold them any more (Dask's ``fire_and_forget``): the pseudo-client
+        ``FIRE_AND_FORGET`` wants each until it is in memory or erred."""
+        wanted = []
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None or FIRE_AND_FORGET in ts.wanted_by:
+                continue
+            if ts.state in (MEMORY, ERRED):
+                continue   # done already: nothing to run
+            ts.wanted_by.add(FIRE_AND_FORGET)
+            wanted.append(key)
+        if wanted:
+            self._j(["want", FIRE_AND_FORGET, wanted])
+        return self._take()
+
+    def _fired_and_done(self, ts: TaskState) -> None:
+        if FIRE_AND_FORGET in ts.wanted_by:
+            self._j(["unwant", FIRE_AND_FORGET, [ts.key]])
+            self._unwant(ts, FIRE_AND_FORGET)
 
     # ---------------------------------------------------------------- data placed by clients
     def scattered(self, client: str | None, placed: dict[str, tuple[list[str], int]]) -> Outbox:

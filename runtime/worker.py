@@ -22,6 +22,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,7 @@ from typing import Any
 import cloudpickle
 
 from kwdiag.runtime import versions as versions_mod
+from kwdiag.runtime import worker_context
 from kwdiag.runtime.comm import CommClosedError, Credentials, Listener, Security, connect
 from kwdiag.runtime.core import EXIT_REFUSED, RemoteError, Stream, background, watch_control_pipe
 from kwdiag.runtime.identity import Follower
@@ -70,6 +72,8 @@ class Worker:
                  scheduler_file: str | None = None):
         self.name = name
         self.credentials = Credentials(secret, security)
+        self.security = security
+        self.client: Any = None   # the worker's own client, made by the first task that asks (get_client)
         self.scheduler_address = scheduler_address
         self.follower = Follower(scheduler_address, secret, scheduler_file)
         self.lost_at: float | None = None  # wall-clock time the scheduler connection broke, told to its successor
@@ -94,8 +98,12 @@ class Worker:
         self.executing: set[str] = set()
         self.started_at: dict[str, float] = {}  # key -> monotonic start, for the duration the scheduler learns from
         self.cancelled: set[str] = set()
-        self.pool = ThreadPoolExecutor(nthreads, thread_name_prefix="kwdiag-task")
+        # Concurrency is bounded by free_threads, not by the pool: a task that secedes keeps its pool thread
+        # while another task takes its slot, so the pool may need a thread per seceded task beyond nthreads.
+        self.pool = ThreadPoolExecutor(nthreads + MAX_SECEDED, thread_name_prefix="kwdiag-task")
         self.free_threads = nthreads
+        self.seceded: set[str] = set()        # tasks out of the pool's count (secede), until they rejoin
+        self.rejoining: list[tuple[str, threading.Event]] = []   # seceded tasks waiting for a slot
         self.address = ""
         self.scheduler: Stream | None = None
         self.peers: dict[str, Stream] = {}
@@ -116,6 +124,7 @@ class Worker:
 
     # ---------------------------------------------------------------- start and registration
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()   # tasks' threads reach the worker through it (secede, rejoin)
         self._listener = Listener(self.credentials, self._on_peer, self.rec.refused)
         self.address = await self._listener.start(self.host, 0)
         self._tell_nanny(f"A {self.address}")
@@ -372,11 +381,51 @@ class Worker:
             if self.scheduler is not None:
                 self.scheduler.send({"op": "started", "key": key})
                 self.scheduler._flush()
-            future = asyncio.get_running_loop().run_in_executor(self.pool, _execute_and_pack, msg["spec"], values)
+            future = asyncio.get_running_loop().run_in_executor(self.pool, _execute_and_pack, msg["spec"], values,
+                                                                self, key)
             future.add_done_callback(lambda f, key=key: self._task_done(key, f))
 
-    def _task_done(self, key: str, future: asyncio.Future) -> None:
+    # ---------------------------------------------------------------- secede and rejoin (from task threads)
+    def secede(self, key: str) -> None:
+        """A task's thread leaves the pool's count (it will wait on other tasks): its slot is free now."""
+        self._loop.call_soon_threadsafe(self._on_secede, key)
+
+    def _on_secede(self, key: str) -> None:
+        if key not in self.executing or key in self.seceded:
+            return
+        self.seceded.add(key)
         self.free_threads += 1
+        if self.scheduler is not None:
+            self.scheduler.send({"op": "seceded", "key": key})
+        self._serve_rejoining()
+        self._run_ready()
+
+    def rejoin(self, key: str) -> None:
+        """Block the calling task's thread until a slot is free for it again."""
+        woken = threading.Event()
+        self._loop.call_soon_threadsafe(self._on_rejoin, key, woken)
+        woken.wait()
+
+    def _on_rejoin(self, key: str, woken: threading.Event) -> None:
+        if key not in self.seceded:
+            woken.set()
+            return
+        self.rejoining.append((key, woken))
+        self._serve_rejoining()
+
+    def _serve_rejoining(self) -> None:
+        while self.rejoining and self.free_threads > 0:
+            key, woken = self.rejoining.pop(0)
+            self.seceded.discard(key)
+            self.free_threads -= 1
+            woken.set()
+
+    def _task_done(self, key: str, future: asyncio.Future) -> None:
+        if key in self.seceded:   # its slot was handed on when it seceded
+            self.seceded.discard(key)
+        else:
+            self.free_threads += 1
+        self._serve_rejoining()
         self.executing.discard(key)
         duration = time.monotonic() - self.started_at.pop(key, time.monotonic())
         self._tell_nanny(f"F {key}")
@@ -453,6 +502,8 @@ class Worker:
         def call() -> dict:
             try:
                 fn, args, kwargs = pickle.loads(msg["spec"])
+                if _takes_keyword(fn, "dask_worker"):   # as Dask's client.run: the function may ask for its worker
+                    kwargs = {**kwargs, "dask_worker": self}
                 return {"status": "ok", "result": dumps(fn(*args, **kwargs))}
             except Exception as exc:
                 return {"status": "error", **_error_payload(exc)}
@@ -498,6 +549,15 @@ class Worker:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def _takes_keyword(fn: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _resident_bytes() -> int | None:
     """This process's resident memory, cheaply (Linux /proc; elsewhere unknown — the nanny measures anyway)."""
     try:
@@ -515,14 +575,21 @@ def _sizeof(obj: Any) -> int:
 
 
 def _error_payload(exc: BaseException) -> dict:
+    """A task's exception for the scheduler and clients: pickled, named, formatted, and its traceback's frames
+    (file, line, function) so that a client can raise it with a traceback that points into the task."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         blob = cloudpickle.dumps(exc, protocol=5)
         pickle.loads(blob)
     except Exception:
         blob = cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"), protocol=5)
-    return {"exception": blob, "exc_type": type(exc).__name__, "message": str(exc), "traceback": tb}
+    frames = [[f.filename, f.lineno or 0, f.name] for f in traceback.extract_tb(exc.__traceback__)]
+    return {"exception": blob, "exc_type": type(exc).__name__, "message": str(exc), "traceback": tb,
+            "frames": frames[-MAX_FRAMES:]}
 
+
+MAX_FRAMES = 50      # traceback frames sent with a task's error (the innermost)
+MAX_SECEDED = 256    # tasks that may have seceded from one worker's pool at a time (each keeps a thread)
 
 # A get-data reply holds at most about this many bytes; the rest of the keys asked for are "deferred" and asked
 # for again. Pickling and framing a reply runs on the event loop: 800 results of 1 MiB in one reply stalled a
@@ -571,9 +638,15 @@ def pack_small(obj: Any, limit: int = INLINE_RESULT_BYTES) -> bytes | None:
     return None
 
 
-def _execute_and_pack(spec: bytes, values: dict) -> tuple[str, Any, bytes | None]:
-    """``_execute``, and a small result pickled here in the task's thread, off the event loop."""
-    status, payload = _execute(spec, values)
+def _execute_and_pack(spec: bytes, values: dict, worker: Any = None, key: str | None = None
+                      ) -> tuple[str, Any, bytes | None]:
+    """``_execute``, and a small result pickled here in the task's thread, off the event loop. While it runs,
+    ``get_worker()`` and ``get_client()`` in the task know its worker and key."""
+    worker_context.set_task(worker, key)
+    try:
+        status, payload = _execute(spec, values)
+    finally:
+        worker_context.set_task(None, None)
     return status, payload, pack_small(payload) if status == "ok" else None
 
 

@@ -30,7 +30,9 @@ def _api(module: Any, client) -> types.SimpleNamespace:
 
 
 @pytest.fixture(scope="module")
-def dask_api():
+def dask_api(kwdiag_api):
+    # Started after kwdiag's: the newest client becomes Dask's default scheduler, as a user's would, and
+    # kwdiag's programs that use dask.compute say which client they mean (``client.as_current()``).
     with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0",
                                   memory_limit="1GiB") as cluster, distributed.Client(cluster) as client:
         yield _api(distributed, client)

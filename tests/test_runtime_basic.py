@@ -199,7 +199,7 @@ def test_a_result_that_cannot_be_pickled_is_an_error_not_a_hang(client):
     f = client.submit(threading.Lock)
     with pytest.raises(TypeError, match="cannot be sent from its worker: TypeError: cannot pickle"):
         f.result(timeout=60)
-    assert client.gather([f], errors="skip", timeout=60) == [None]      # as for a task that erred
+    assert client.gather([f], errors="skip", timeout=60) == []   # left out, as Dask leaves a failed future out
 
 
 def test_released_futures_are_forgotten_by_the_scheduler(client):
@@ -212,10 +212,9 @@ def test_released_futures_are_forgotten_by_the_scheduler(client):
 
 def test_gathering_a_released_key_is_an_error_not_a_hang(client):
     f = client.submit(inc, 7)
-    key = f.key
     f.release()
-    with pytest.raises(FutureCancelledError):
-        client._wait(key, 1)
+    with pytest.raises(FutureCancelledError):      # as in Dask: a released future is cancelled
+        f.result(timeout=5)
 
 
 def test_futures_collected_by_the_garbage_collector_never_deadlock_the_client(client):
