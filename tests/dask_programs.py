@@ -1482,3 +1482,74 @@ def bag_persist_then_compute(api):
 
     bag = api.client.persist(db.from_sequence(range(12), npartitions=3).map(square))
     return sorted(api.client.compute(bag).result()), api.client.compute(bag.map(inc).sum()).result()
+
+
+# ---------------------------------------------------------------------- dask.array and dask.dataframe
+@program
+def array_sum_of_a_chunked_arange_with_client_compute(api):
+    """``client.compute`` of a reduction over a chunked ``dask.array``."""
+    import dask.array as da
+
+    x = da.arange(10_000, chunks=1_000)
+    return int(api.client.compute((x * 2).sum()).result()), int(api.client.compute(x.max()).result())
+
+
+@program
+def array_matrix_product_persisted_then_reduced(api):
+    """A persisted 2-D array reused by two computations (``x @ x.T``, then its mean by column)."""
+    import dask.array as da
+
+    x = api.client.persist(da.ones((400, 300), chunks=(100, 100)) * 2)
+    product = api.client.compute((x @ x.T).sum()).result()
+    return int(product), api.client.compute(x.mean(axis=0)).result().tolist()[:3], x.shape
+
+
+@program
+def array_dask_compute_of_several_results_as_current(api):
+    """``dask.compute`` of several array results at once, with the client as Dask's scheduler."""
+    import dask
+    import dask.array as da
+
+    x = da.arange(1_000, chunks=100).reshape(10, 100)
+    with api.client.as_current():
+        total, column, rows = dask.compute(x.sum(), x.sum(axis=0)[:5], x.shape[0])
+    return int(total), column.tolist(), rows
+
+
+@program
+def array_with_a_failing_block_raises_its_error(api):
+    """A ``map_blocks`` function that raises on one block: the computation raises that error."""
+    import dask.array as da
+
+    x = da.arange(100, chunks=10).map_blocks(explode_on_block_with, 55, dtype=int)
+    return outcome(lambda: api.client.compute(x.sum()).result())
+
+
+@program
+def dataframe_groupby_sum_with_client_compute(api):
+    """``dask.dataframe`` from pandas, a groupby aggregation computed on the cluster."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame({"key": [i % 5 for i in range(200)], "value": range(200)})
+    ddf = dd.from_pandas(frame, npartitions=4)
+    result = api.client.compute(ddf.groupby("key").value.sum()).result()
+    return sorted((int(k), int(v)) for k, v in result.items())
+
+
+@program
+def dataframe_persist_then_filter_and_count(api):
+    """A persisted dataframe, filtered and counted, and a column's mean."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame({"x": range(1_000), "y": [i * 0.5 for i in range(1_000)]})
+    ddf = api.client.persist(dd.from_pandas(frame, npartitions=8))
+    filtered = ddf[ddf.x % 3 == 0]
+    return int(api.client.compute(filtered.x.count()).result()), float(api.client.compute(ddf.y.mean()).result())
+
+
+def explode_on_block_with(block, value):
+    if value in block:
+        raise ParityError(f"block holding {value}")
+    return block

@@ -320,3 +320,40 @@ def test_a_config_file_that_does_not_parse_is_one_clear_error_for_every_command(
         assert result.returncode == 2, (args, err[-2000:])
         assert "pyproject.toml" in err and "Traceback" not in err, (args, err[-2000:])
         assert b"never runs" not in result.stdout
+
+
+ETL_JOB = textwrap.dedent('''
+    """A Dask ETL as its author wrote it (dask.bag and dask.array, .compute()), the import switched to kwdiag.
+    One partition kills its worker with os._exit the first time it runs."""
+    import os, sys
+    import dask.array as da
+    import dask.bag as db
+    from kwdiag.runtime import Client
+
+    def parse(record):
+        if record == 137 and not os.path.exists(sys.argv[1]):
+            open(sys.argv[1], "w").close()
+            os._exit(3)                       # the worker dies mid-task; the task runs again elsewhere
+        return {"id": record, "score": record % 7}
+
+    client = Client()                         # the cluster `kwdiag run` started: Dask's scheduler from now on
+    records = db.from_sequence(range(500), npartitions=10).map(parse).filter(lambda r: r["score"] > 2)
+    print("kept:", records.count().compute(), flush=True)
+    print("total:", int(da.arange(10_000, chunks=1_000).sum().compute()), flush=True)
+''')
+
+
+def test_a_dask_etl_runs_on_the_embedded_runtime_and_its_worker_death_is_diagnosed(tmp_path):
+    """No --dask: the job's dask.bag/dask.array .compute() calls run on kwdiag's own cluster, and the worker a
+    partition killed is the one death in the report."""
+    pytest.importorskip("dask.array")
+    (tmp_path / "etl.py").write_text(ETL_JOB)
+    result = run_kwdiag(["run", "--workers", "2", "--allowed-failures", "3", str(tmp_path / "etl.py"),
+                         str(tmp_path / "marker")], tmp_path)
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert "kept: 284" in out and "total: 49995000" in out
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    # Every worker's end, counted once: the partition's os._exit, and the two workers the run closed at its end.
+    assert manifest["deaths_by_cause"] == {"unrecoverable_exception/os_exit": 1, "chose_to_exit/shutdown": 2}
+    assert "running ('filter-lambda-from_sequence-parse" in result.stderr.decode()   # the partition it ran
