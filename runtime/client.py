@@ -56,6 +56,7 @@ from kwdiag.runtime.tracebacks import rebuild as rebuild_traceback
 logger = logging.getLogger("kwdiag.client")
 
 PENDING, FINISHED, ERROR, CANCELLED = "pending", "finished", "error", "cancelled"
+CONFIRM_DELAY = 0.2   # seconds between a message and the ping that confirms the scheduler has it
 
 _LIVE: "weakref.WeakSet[Client]" = weakref.WeakSet()
 _current_client: contextvars.ContextVar["Client | None"] = contextvars.ContextVar("kwdiag_client", default=None)
@@ -205,7 +206,9 @@ def _build_exception(key: str, error: dict) -> BaseException:
         tb = rebuild_traceback(error.get("frames") or ())
         if tb is not None:
             exc = exc.with_traceback(tb)
-        elif error.get("traceback") and hasattr(exc, "add_note"):
+        # The worker's own text too: its source lines, and any chained exceptions (the frames above have no
+        # source where the client lacks the task's files).
+        if error.get("traceback") and hasattr(exc, "add_note"):
             exc.add_note(f"Remote traceback (task {error.get('key')!r}):\n{error['traceback'].rstrip()}")
         return exc
     return RuntimeError(error.get("message") or f"task {key!r} failed")
@@ -377,7 +380,9 @@ class Client:
         self._drain_pending = False  # a drain is already queued on the loop: one wake-up serves many releases
         # The task spec of every live future, so that work lost with a scheduler can be submitted again.
         self._specs: dict[str, dict] = {}
-        self._released_away: list[str] = []  # futures released while the scheduler was away
+        # Submissions and releases the scheduler has not confirmed (see _post), sent again on reconnection.
+        self._unconfirmed: list[dict] = []
+        self._confirming = False
         self._stream: Stream | None = None
         self._workers: dict[str, Stream] = {}
         self._closing = False
@@ -481,12 +486,20 @@ class Client:
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
+            except Exception as exc:   # never let the reconnection die quietly: the client would wait for ever
+                logger.warning("Reconnecting to %s failed: %s: %s; trying again", self.scheduler_address,
+                               type(exc).__name__, exc)
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
             self.status = "running"
             if not reply.get("known"):
                 self._forget_results()
-            released, self._released_away = self._released_away, []
-            if released and reply.get("known") and self._stream is not None:
-                self._stream.send({"op": "release-keys", "keys": released})
+            # What the scheduler may not have (sent after the last confirmation, or while it was away), in the
+            # order it was sent: a submission made while away is followed by the releases it allowed.
+            for message in list(self._unconfirmed):
+                self._stream.send(message)
+            self._confirm_soon()
             resubmitted = self._resubmit()
             self._lost_at = None
             self.rec.event("reconnected", f"Reconnected to scheduler at {self.scheduler_address} after "
@@ -534,19 +547,57 @@ class Client:
         (``f = client.submit(inc, f)``) is then released only after the task that depends on it was sent, so
         the scheduler never hears of the release first and forgets the dependency."""
         def send() -> None:
-            # While the scheduler is away, submissions wait in self._specs and are sent on reconnect.
-            if self._stream is not None:
-                self._stream.send(message)
+            self._post(message)
         send.keep_alive = keep_alive  # type: ignore[attr-defined]  # dropped with the callback, after it ran
         self._loop.call(send)
 
+    # ---------------------------------------------------------------- messages the scheduler must not miss
+    def _post(self, message: dict) -> None:
+        """Send a message that changes what the scheduler knows (a submission, a release); on the loop. It is
+        kept until a later ``ping`` is answered — the scheduler answers in order, after it has journalled
+        what came before — so that a scheduler which died before it read it, or while the client was away,
+        gets it again on reconnection, in the same order."""
+        self._unconfirmed.append(message)
+        if self._stream is not None:
+            self._stream.send(message)
+            self._confirm_soon()
+
+    def _confirm_soon(self) -> None:
+        if not self._confirming and self._unconfirmed:
+            self._confirming = True
+            background(self._confirm())
+
+    async def _confirm(self) -> None:
+        await asyncio.sleep(CONFIRM_DELAY)   # one ping confirms every message of that moment
+        stream, sent = self._stream, len(self._unconfirmed)
+        try:
+            if stream is not None:
+                await stream.request("ping", timeout=self.timeout)
+                del self._unconfirmed[:sent]
+        except RemoteError:   # a scheduler that does not know "ping" still answered: it read what came before
+            del self._unconfirmed[:sent]
+        except Exception:   # the scheduler went away: the messages stay, and are sent again to its successor
+            pass
+        finally:
+            self._confirming = False
+        if self._stream is not None:
+            self._confirm_soon()
+
     def _request(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
+        """Ask the scheduler and wait for its answer. While the client is reconnecting (the scheduler died and
+        is expected back), the request waits for the connection, as Dask's do, rather than failing at once."""
         async def request() -> Any:
-            stream = self._stream
-            if stream is None:
-                raise CommClosedError(f"not connected to the scheduler at {self.scheduler_address}")
+            stream = await self._scheduler_stream()
             return await stream.request(op, **fields)
         return self._loop.run(request(), timeout)
+
+    async def _scheduler_stream(self) -> Stream:
+        """The connection to the scheduler, waiting for it while a reconnection is under way."""
+        while self._stream is None and self.status == "reconnecting":
+            await asyncio.sleep(0.05)
+        if self._stream is None:
+            raise CommClosedError(f"not connected to the scheduler at {self.scheduler_address}")
+        return self._stream
 
     # ---------------------------------------------------------------- key states (loop thread)
     def _set(self, st: _KeyState, status: str, reason: str = "") -> None:
@@ -679,10 +730,7 @@ class Client:
             return
 
         def release() -> None:  # on the loop, where reconnection runs: no release slips between the two
-            if self._stream is not None:
-                self._stream.send({"op": "release-keys", "keys": keys})
-            else:  # the scheduler is away: told when it is back (one that recovered still holds them for us)
-                self._released_away.extend(keys)
+            self._post({"op": "release-keys", "keys": keys})
         if threading.current_thread() is self._loop.thread:
             release()
         else:
@@ -892,8 +940,7 @@ class Client:
         why = reason or "cancelled"
 
         async def cancel() -> None:
-            if self._stream is not None:
-                await self._stream.request("cancel", keys=keys, force=force, reason=why)
+            await (await self._scheduler_stream()).request("cancel", keys=keys, force=force, reason=why)
             for key in keys:
                 st = self._states.pop(key, None)
                 if st is not None:
@@ -910,9 +957,7 @@ class Client:
         keys = list(dict.fromkeys(f.key for f in flat))
 
         async def retry() -> None:
-            if self._stream is None:
-                raise CommClosedError(f"not connected to the scheduler at {self.scheduler_address}")
-            reset = await self._stream.request("retry", keys=keys)
+            reset = await (await self._scheduler_stream()).request("retry", keys=keys)
             for key in reset:
                 st = self._states.get(key)
                 if st is not None and st.status == ERROR:
@@ -942,9 +987,7 @@ class Client:
         futures = {str(k): Future(str(k), self) for k, _ in items}
 
         async def place() -> None:
-            if self._stream is None:
-                raise CommClosedError(f"not connected to the scheduler at {self.scheduler_address}")
-            who_has = await self._stream.request("scatter", data=payload, workers=_as_list(workers),
+            who_has = await (await self._scheduler_stream()).request("scatter", data=payload, workers=_as_list(workers),
                                                  broadcast=broadcast)
             for key, holders in who_has.items():
                 st = self._states.get(key)

@@ -104,6 +104,7 @@ class Scheduler:
             "get-versions": self.handle_get_versions,
             "get-task-spec": self.handle_get_task_spec,
             "close-cluster": self.handle_close_cluster,
+            "ping": self.handle_ping,
         }
 
     # ---------------------------------------------------------------- the state machine's edge
@@ -264,6 +265,10 @@ class Scheduler:
 
     def _release_client(self, client: str) -> None:
         self.apply(self.state.remove_client(client))
+
+    def handle_ping(self, stream: Stream, msg: dict) -> dict:
+        """Answered in order: a client learns that everything it sent before was taken (and journalled)."""
+        return {}
 
     def handle_close_client(self, stream: Stream, msg: dict) -> None:
         stream.info["client-closed"] = True  # released at once when the connection ends

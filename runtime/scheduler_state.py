@@ -279,9 +279,10 @@ class SchedulerState:
             else:
                 free.append(key)
         running = set(executing)
+        adoptable = self._adoptable(executing, queued)
         for key in [*executing, *queued]:
             ts = self.tasks.get(key)
-            if ts is not None and ts.state in (RELEASED, WAITING, READY) and ts.run_spec is not None:
+            if key in adoptable:
                 ts.state = PROCESSING
                 ts.processing_on = ws
                 ts.waiting_on = set()
@@ -295,6 +296,24 @@ class SchedulerState:
                 free.append(key)
         if free:
             self.out.to_worker(ws.address, {"op": "free-keys", "keys": free})
+
+    def _adoptable(self, executing: list[str], queued: list[str]) -> set[str]:
+        """The tasks a returning worker may keep: every one it runs, and each queued one whose inputs are all in
+        memory or are tasks it keeps too (a queued task waiting there on an input nobody will compute would
+        wait for ever; it is freed there and computed afresh)."""
+        def known(key: str) -> bool:
+            ts = self.tasks.get(key)
+            return ts is not None and ts.state in (RELEASED, WAITING, READY) and ts.run_spec is not None
+        keep = {k for k in executing if known(k)}
+        candidates = [k for k in queued if known(k) and k not in keep]
+        changed = True
+        while changed:   # a fixpoint: a queued chain is kept when its first link is
+            changed = False
+            for key in candidates:
+                if key not in keep and all(d.state == MEMORY or d.key in keep for d in self.tasks[key].deps):
+                    keep.add(key)
+                    changed = True
+        return keep
 
     def heartbeat(self, address: str, memory: int | None) -> bool:
         """A worker's heartbeat; False when the worker is not (or no longer) known."""

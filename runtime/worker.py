@@ -269,9 +269,15 @@ class Worker:
     # ---------------------------------------------------------------- tasks
     def handle_compute(self, stream: Stream, msg: dict) -> None:
         key = msg["key"]
-        if key in self.executing or key in self.specs:
+        if key in self.executing:
+            # Running already — maybe freed while it ran and asked for again since: its result is wanted again,
+            # and the scheduler must know it runs (a death now is blamed on it).
+            self.cancelled.discard(key)
+            if self.scheduler is not None:
+                self.scheduler.send({"op": "started", "key": key})
             return
-        self.cancelled.discard(key)
+        if key in self.specs:
+            return
         self.specs[key] = msg
         missing = [k for k in msg["deps"] if k not in self.data]
         after = msg.get("after")
@@ -290,21 +296,28 @@ class Worker:
 
     def _dependency_done(self, dep: str, ok: bool) -> None:
         """``dep`` finished here (``ok``: its result is in ``self.data``) or will not: wake what waited for it;
-        a task whose dependency will not come is handed back to the scheduler as missing it."""
-        for key in self.waited_for.pop(dep, ()):
-            pending = self.waiting.get(key)
-            if pending is None:
-                continue
-            if not ok:
-                del self.waiting[key]
-                self.specs.pop(key, None)
-                if self.scheduler is not None:
-                    self.scheduler.send({"op": "missing-deps", "key": key, "missing": [dep]})
-                continue
-            pending.discard(dep)
-            if not pending:
-                del self.waiting[key]
-                self.ready.append(key)
+        a task whose dependency will not come is handed back to the scheduler as missing it, and so, in turn,
+        is everything sent ahead to wait for that task here (a chain waiting link by link)."""
+        failed = [(dep, ok)]
+        while failed:
+            done, success = failed.pop()
+            for key in self.waited_for.pop(done, ()):
+                pending = self.waiting.get(key)
+                if pending is None:
+                    continue
+                if not success:
+                    del self.waiting[key]
+                    for other in pending:   # it no longer waits for its other inputs either
+                        self.waited_for.get(other, set()).discard(key)
+                    self.specs.pop(key, None)
+                    if self.scheduler is not None:
+                        self.scheduler.send({"op": "missing-deps", "key": key, "missing": [done]})
+                    failed.append((key, False))
+                    continue
+                pending.discard(done)
+                if not pending:
+                    del self.waiting[key]
+                    self.ready.append(key)
 
     async def _fetch_then_ready(self, key: str, missing: list[str]) -> None:
         msg = self.specs.get(key)
@@ -317,6 +330,7 @@ class Worker:
             del self.specs[key]
             if self.scheduler is not None:
                 self.scheduler.send({"op": "missing-deps", "key": key, "missing": still_missing})
+            self._dependency_done(key, ok=False)   # what was sent ahead to wait for it here cannot run either
             return
         self.ready.append(key)
         self._run_ready()
@@ -372,6 +386,7 @@ class Worker:
             except KeyError as exc:  # a dependency was freed meanwhile
                 if self.scheduler is not None:
                     self.scheduler.send({"op": "missing-deps", "key": key, "missing": [exc.args[0]]})
+                self._dependency_done(key, ok=False)
                 continue
             self.free_threads -= 1
             self.executing.add(key)
