@@ -26,7 +26,8 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from dag_faults import DEADLINE, FaultCluster, Plan, _wait, cluster_is_empty, expected, run_plan  # noqa: E402
+from dag_faults import (DEADLINE, FaultCluster, Plan, _wait, cluster_is_empty, diagnose_stuck,  # noqa: E402
+                        expected, run_plan)
 
 
 def draw_params(rng: random.Random) -> dict:
@@ -79,6 +80,7 @@ def main() -> int:
                 except Exception as exc:
                     failures.append((params, f"{type(exc).__name__}: {exc}"))
                     print(f"FAILED example {k}: {params}: {type(exc).__name__}: {exc}", flush=True)
+                    print(diagnose_stuck(client), flush=True)
                     if len(failures) >= 5:
                         break
                     client.wait_for_workers(3, timeout=DEADLINE)

@@ -107,3 +107,36 @@ def log_dir(tmp_path):
     path = tmp_path / "logs"
     path.mkdir()
     return str(path)
+
+
+ANY = object()   # in an expected death: a field the test cannot know (a name Dask chose, a pid)
+
+
+def death_multiset(deaths) -> "Counter":
+    """The (worker, incarnation, cause, detail) of each death, as a multiset; ``deaths`` are analysis
+    ``Death`` objects or the dicts of ``kwdiag explain --format json``."""
+    from collections import Counter
+
+    def fields(d):
+        if isinstance(d, dict):
+            return (d.get("worker"), d.get("incarnation"), d.get("cause"), d.get("detail"))
+        return (d.worker, d.incarnation, d.cause, d.detail)
+    return Counter(fields(d) for d in deaths)
+
+
+def assert_deaths(deaths, expected) -> None:
+    """The whole multiset of deaths equals ``expected`` (an iterable of (worker, incarnation, cause, detail),
+    where ``ANY`` matches any value of that field): an extra death fails the test as surely as a missing one."""
+    got = death_multiset(deaths)
+    want = list(expected)
+    unmatched = list(got.elements())
+    missing = []
+    for w in sorted(want, key=lambda t: sum(x is ANY for x in t)):   # exact ones first
+        for g in unmatched:
+            if all(x is ANY or x == y for x, y in zip(w, g)):
+                unmatched.remove(g)
+                break
+        else:
+            missing.append(w)
+    assert not missing and not unmatched, (f"deaths differ: missing {missing}, extra {unmatched}; "
+                                           f"all: {sorted(got.elements(), key=str)}")

@@ -262,6 +262,36 @@ def _dependents_of(plan: Plan, d: int) -> list[int]:
     return cache.get(d, [])
 
 
+def diagnose_stuck(client: Any) -> str:
+    """What the scheduler and the workers say of the futures still pending (for a failure's message)."""
+    import gc
+
+    from kwdiag.runtime.client import Future
+
+    lines = []
+    pending = [o for o in gc.get_objects() if type(o) is Future and o.status == "pending" and o.client is client]
+    lines.append(f"{len(pending)} pending futures; scheduler tasks {client.scheduler_info()['tasks']}")
+    for f in pending[:5]:
+        try:
+            info = client._request("get-task-spec", key=f.key, timeout=10)
+            lines.append(f"  {f.key}: scheduler says {info['state']}, missing {info['missing']}")
+        except Exception as exc:
+            lines.append(f"  {f.key}: scheduler says {type(exc).__name__}: {exc}")
+    try:
+        for address, state in client.run(_worker_state).items():
+            lines.append(f"  worker {address}: {state}")
+    except Exception as exc:
+        lines.append(f"  workers: {type(exc).__name__}: {exc}")
+    return "\n".join(lines)
+
+
+def _worker_state(dask_worker: Any) -> dict:
+    w = dask_worker
+    return {"specs": sorted(w.specs)[:5], "waiting": {k: sorted(v) for k, v in list(w.waiting.items())[:5]},
+            "executing": sorted(w.executing), "free": w.free_threads, "data": len(w.data), "ready": w.ready[:5],
+            "cancelled": sorted(w.cancelled)[:5]}
+
+
 def cluster_is_empty(client: Any) -> bool:
     """The scheduler holds no task and no worker holds a result."""
     if client.scheduler_info()["tasks"]:

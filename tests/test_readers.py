@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_deaths
 from kwdiag.engine import load_rules
 from kwdiag.pipeline import analyze
 from kwdiag.readers.text import parse_prefix
@@ -18,6 +19,9 @@ from kwdiag.readers.text import parse_prefix
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 SIGKILL_W1 = SAMPLES / "dask-sigkill" / "w1.log"
 RULES = load_rules()
+# What the clean file says: w1's first process was SIGKILLed, its second left on SIGTERM. Every bad input
+# below must still say exactly that (nothing missing, nothing extra).
+CLEAN = [("w1", 1, "sudden_exit", "sigkill"), ("w1", 2, "chose_to_exit", "sigterm")]
 
 
 def _kwdiag(*args: str, stdin: bytes | None = None, env=None) -> subprocess.CompletedProcess:
@@ -32,7 +36,7 @@ def _sigkill_report(paths):
 def test_missing_path_is_reported_and_the_rest_analyzed(tmp_path):
     r = _sigkill_report([tmp_path / "nope.log", SIGKILL_W1])
     assert [p.message for p in r.input_errors] == ["no such file or directory"]
-    assert any(d.detail == "sigkill" for d in r.deaths)
+    assert_deaths(r.deaths, CLEAN)
 
 
 def test_binary_file(tmp_path):
@@ -40,7 +44,7 @@ def test_binary_file(tmp_path):
     p.write_bytes(b"\x7fELF\x00\x00\x01" * 1000)
     r = _sigkill_report([p, SIGKILL_W1])
     assert len(r.input_errors) == 1 and "binary" in r.input_errors[0].message
-    assert any(d.detail == "sigkill" for d in r.deaths)
+    assert_deaths(r.deaths, CLEAN)
 
 
 def test_gzip_and_truncated_gzip(tmp_path):
@@ -48,13 +52,16 @@ def test_gzip_and_truncated_gzip(tmp_path):
     full = tmp_path / "w1.log.gz"
     full.write_bytes(gzip.compress(data))
     r = _sigkill_report([full])
-    assert not r.problems and any(d.detail == "sigkill" for d in r.deaths)
+    assert not r.problems
+    assert_deaths(r.deaths, CLEAN)
     cut = tmp_path / "cut.gz"
     blob = gzip.compress(data * 20)
     cut.write_bytes(blob[: len(blob) * 3 // 4])
     r = _sigkill_report([cut])
     assert any("ends early" in p.message for p in r.input_errors)
-    assert any(d.detail == "sigkill" for d in r.deaths)  # what could be read is still analyzed
+    # What could be read is still analyzed: 20 copies of the log, cut short (the last ones' ends are lost).
+    assert {(w, c, d) for w, _, c, d in r.deaths and [(x.worker, x.incarnation, x.cause, x.detail)
+                                                      for x in r.deaths]} >= {("w1", "sudden_exit", "sigkill")}
 
 
 def test_enormous_single_line_is_bounded(tmp_path):
@@ -65,17 +72,23 @@ def test_enormous_single_line_is_bounded(tmp_path):
         f.write(SIGKILL_W1.read_bytes())
     r = _sigkill_report([p])
     assert any("longer than" in x.message for x in r.problems)
-    assert any(d.detail == "sigkill" for d in r.deaths)
+    assert_deaths(r.deaths, CLEAN)
 
 
-def test_invalid_utf8_is_replaced_and_reported(tmp_path):
+@pytest.mark.parametrize("where", ["garbled", "copy-before", "copy-after"])
+def test_invalid_utf8_is_replaced_and_reported(tmp_path, where):
+    """The kill line with its pid's bytes garbled: in place of the real one, or as a copy beside it (a tee'd
+    or duplicated log). Either way the same two deaths as the clean file, the garbled copy no extra one."""
     p = tmp_path / "bad.log"
     lines = SIGKILL_W1.read_bytes().splitlines(keepends=True)
-    lines.insert(16, b"2026-11-21 10:56:35,100 - distributed.nanny - INFO - Worker process \xff\xfe was killed by signal 9\n")
+    i = next(k for k, line in enumerate(lines) if b"was killed by signal 9" in line)
+    bad = lines[i].replace(b"3536", b"\xff\xfe")
+    lines[i:i + 1] = {"garbled": [bad], "copy-before": [bad, lines[i]], "copy-after": [lines[i], bad]}[where]
     p.write_bytes(b"".join(lines))
     r = _sigkill_report([p])
     assert any("UTF-8" in x.message for x in r.problems)
-    assert any(d.detail == "sigkill" for d in r.deaths)
+    assert_deaths(r.deaths, CLEAN)
+    assert [d.pid for d in r.deaths if d.detail == "sigkill"] == [None if where == "garbled" else 3536]
 
 
 def test_empty_file_and_empty_directory(tmp_path):
@@ -94,14 +107,17 @@ def test_directory_is_read_recursively_and_merged(tmp_path):
     for f in (SAMPLES / "dask-sigkill").glob("*.log"):
         (sub / f.name).write_bytes(f.read_bytes())
     r = _sigkill_report([tmp_path])
-    assert sorted(d.worker for d in r.deaths) == ["w1", "w1", "w2"]
+    # With the scheduler's log beside the workers': w1's second process ended as the cluster closed, and w2
+    # (no nanny: nothing names the signal) just stopped (sample_logs/dask-sigkill/expected.json).
+    assert_deaths(r.deaths, [("w1", 1, "sudden_exit", "sigkill"), ("w1", 2, "chose_to_exit", "shutdown"),
+                             ("w2", 1, "sudden_exit", "connection_lost")])
 
 
 def test_stdin_and_exit_codes(tmp_path):
     res = _kwdiag("explain", "-", "--format", "json", stdin=SIGKILL_W1.read_bytes())
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert any(d["detail"] == "sigkill" for d in doc["deaths"])
+    assert_deaths(doc["deaths"], CLEAN)
     res = _kwdiag("explain", str(tmp_path / "missing.log"))
     assert res.returncode == 2
     assert b"Traceback" not in res.stderr and b"no such file or directory" in res.stderr

@@ -14,6 +14,7 @@ Does not cover: attributing lines within a file (``kwdiag.timeline.streams``).
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from typing import Iterable
@@ -211,26 +212,32 @@ def _tells_the_same(copy: Event, exit_record: Event) -> bool:
 
 def _join_anonymous_copies(j: _Joiner, index: dict[int, int]) -> None:
     """Copies that name no process at all (Dask's "Restarting worker" in a shared log, the nanny's "still
-    alive after 4 seconds, killing") each go to the process whose first-hand exit record they retell: the
-    nearest exit in time that fits (``_tells_the_same``), within ``MIRROR_SECONDS``, and clearly nearer than
-    any other. When every end line of such a view finds its process, the view is those processes' lines;
-    otherwise it stays on its own (nothing says which)."""
+    alive after 4 seconds, killing") each go to a process whose first-hand exit record they retell: an exit
+    that fits (``_tells_the_same``), within ``MIRROR_SECONDS``, not yet retold by another copy of the same
+    kind. Views are taken in time order and each copy takes the nearest such exit, so when several exits
+    happen within the same second, as many copies of one kind go to as many of them (which copy goes to which
+    changes nothing: they say the same thing). When every end line of such a view finds its process, the view
+    is those processes' lines; otherwise it stays on its own (nothing says which)."""
     firsthand = [p for p in j.roots() if any(not _copy(e) for e in p.slots.get("exit", ()))]
     if not firsthand:
         return
     exits = _Exits(firsthand)
-    for u in j.roots():
-        if u.address or u.name or u.pid is not None or u.kw_incarnation is not None or not u.ended:
+    taken: set[tuple[int, str | None]] = set()   # (exit record, kind of copy) already retold
+    views = [u for u in j.roots()
+             if not (u.address or u.name or u.pid is not None or u.kw_incarnation is not None or not u.ended)
+             and all(_copy(e) for e in u.end_events)]
+    views.sort(key=lambda u: min((t for t in map(known_ts, u.end_events) if t is not None), default=math.inf))
+    for u in views:
+        found = [_retold(e, exits, taken) for e in u.end_events]
+        if any(f is None for f in found):
             continue
-        if not all(_copy(e) for e in u.end_events):
-            continue
-        owners = [_retold(e, exits) for e in u.end_events]
-        if any(o is None for o in owners):
-            continue
+        owners = [owner for owner, _ in found]
         ends = u.end_events
         moves = [(owners[ends.index(e)] if e in ends else owners[0], e) for e in u.events]
         if not all(owner.can_take(e) for owner, e in moves):
             continue
+        for e, (_, record) in zip(ends, found):
+            taken.add((id(record), slot_of(e)))
         for owner, e in moves:
             owner.add(e)
         j.parent[index[id(u)]] = index[id(owners[0])]
@@ -251,22 +258,19 @@ class _Exits:
         return self.found[lo:hi]
 
 
-# A copy goes to the nearest exit only when the next nearest is clearly farther: 4x the gap, plus 50 ms.
-CLEARLY_NEARER, CLEARLY_NEARER_PLUS = 4.0, 0.05
-
-
-def _retold(copy: Event, exits: _Exits) -> Incarnation | None:
+def _retold(copy: Event, exits: _Exits, taken: set[tuple[int, str | None]]
+            ) -> tuple[Incarnation, Event] | None:
+    """The process (and its exit record) that ``copy`` retells: the nearest fitting exit within
+    ``MIRROR_SECONDS`` that no copy of this kind has retold yet."""
     ts = known_ts(copy)
     if ts is None:
         return None
-    window = CLEARLY_NEARER * MIRROR_SECONDS + CLEARLY_NEARER_PLUS  # wide enough to see a rival that close
-    gaps = sorted((abs(t - ts), i, p) for t, i, p, e in exits.near(ts, window)
-                  if _tells_the_same(copy, e) and p.can_take(copy))
-    if not gaps or gaps[0][0] > MIRROR_SECONDS:
+    slot = slot_of(copy)
+    gaps = sorted((abs(t - ts), i, p, e) for t, i, p, e in exits.near(ts, MIRROR_SECONDS)
+                  if (id(e), slot) not in taken and _tells_the_same(copy, e) and p.can_take(copy))
+    if not gaps:
         return None
-    if len(gaps) > 1 and gaps[1][0] < CLEARLY_NEARER * gaps[0][0] + CLEARLY_NEARER_PLUS:
-        return None   # two exits about as near: the copy does not say which
-    return gaps[0][2]
+    return gaps[0][2], gaps[0][3]
 
 
 def _overlap(a: Incarnation, b: Incarnation) -> bool:

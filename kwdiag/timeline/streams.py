@@ -12,7 +12,8 @@ traceback printed just before the exit line that names the dead process).
 
 A new ``Start worker at`` starts a new process; a second line for an end slot already filled (a second
 "killed by signal 9") is a second process, so a worker restarted on a fixed port is counted once per
-death, not once per address.
+death, not once per address — unless it repeats the first within a second (same status, no other pid):
+a duplicated line, one death.
 
 Does not cover: lines about other processes (the scheduler's, the environment's: ``kwdiag.timeline.merge``
 joins those and the files' processes into one set of incarnations).
@@ -179,6 +180,13 @@ class StreamAttributor:
                 else:
                     self.context.append(e)
                 return
+        elif slot is not None and slot in p.slots and _repeats_an_end(p, e, pid):
+            # The same end told twice (a duplicated or tee'd line, one copy with an unreadable pid): one death.
+            if pid is not None and p.pid is None:
+                p.pid = pid
+                self._index(p)
+            self.context.append(e)
+            return
         elif not _fits(p, e):
             follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS and not named else None
             p = follow or self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
@@ -289,6 +297,31 @@ class StreamAttributor:
                 break
             else:
                 self.context.append(e)
+
+
+# An end line that repeats one already given to a process (same kind, same status, no conflicting pid) within
+# this many seconds is the same end told twice.
+DUPLICATE_SECONDS = 1.0
+_STATUS_FIELDS = ("signal", "exitcode", "signal_name", "reason")
+
+
+def _repeats_an_end(p: Incarnation, e: Event, pid: int | None) -> bool:
+    """Only exit lines that state a status (a signal, an exit code): lines that state nothing ("Restarting
+    worker") may be two workers' in a shared file."""
+    if slot_of(e) != "exit" or all(e.get(f) is None for f in _STATUS_FIELDS):
+        return False
+    ts = known_ts(e)
+    for x in p.slots.get("exit", ()):
+        if x.kind != e.kind or any(x.get(f) != e.get(f) for f in _STATUS_FIELDS):
+            continue
+        xpid = x.get("pid") if x.source != "worker" else None
+        if pid is not None and xpid is not None and pid != xpid:
+            continue
+        xts = known_ts(x)
+        if ts is None or xts is None or abs(ts - xts) > DUPLICATE_SECONDS:
+            continue
+        return True
+    return False
 
 
 def _fits(p: Incarnation, e: Event) -> bool:
