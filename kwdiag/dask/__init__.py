@@ -8,7 +8,8 @@ Install with ``pip install 'kwdiag[dask]'``. Ways to load the plugins (docs/dask
   too (``dask worker --preload kwdiag.dask --preload-nanny kwdiag.dask``, ``distributed.worker.preload``,
   ``distributed.nanny.preload``); ``dask_setup`` below installs the plugin that fits the server;
 - from a client, on a cluster that is already running: ``kwdiag.dask.register(client)``;
-- ``kwdiag run --dask job.py``, which starts a LocalCluster with them.
+- ``kwdiag run --dask job.py``, which starts a LocalCluster with them;
+- ``with kwdiag.dask.recording(client):`` in a notebook, and ``kwdiag.dask.explain(client)`` for the answer.
 
 Events go to ``$KWDIAG_RUN_DIR``, else the Dask config key ``kwdiag.run-dir``
 (``DASK_KWDIAG__RUN_DIR``), else ``./kwdiag-dask``, in the format of docs/events.md, so ``kwdiag
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kwdiag.dask.live import LiveReport, explain, recording
 from kwdiag.dask.nanny import NannyRecorder
 from kwdiag.dask.scheduler import SchedulerRecorder, cluster_info
 from kwdiag.dask.worker import WorkerRecorder
 
 __all__ = ["NannyRecorder", "SchedulerRecorder", "WorkerRecorder", "cluster_info", "dask_setup", "register",
-           "unregister"]
+           "unregister", "explain", "recording", "LiveReport"]
 
 
 def dask_setup(server: Any) -> Any:

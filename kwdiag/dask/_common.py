@@ -13,6 +13,7 @@ Dask module, so it can be tested and reused without a cluster.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import sys
 import time
 from typing import Any, Iterable
 
-from kwdiag.events import EventWriter
+from kwdiag.events import EventWriter, to_json_line
 
 ENV_RUN_DIR = "KWDIAG_RUN_DIR"
 CONFIG_RUN_DIR = "kwdiag.run-dir"  # DASK_KWDIAG__RUN_DIR in the environment
@@ -33,6 +34,16 @@ TAIL_BYTES = 1 << 20   # how far back from the end a reader looks for one proces
 TAIL_LINES = 100       # room for a faulthandler dump of a few threads, as the embedded nanny keeps
 
 logger = logging.getLogger("kwdiag.dask")
+
+# What this process recorded, also kept in memory (file name -> its last lines), so that a client can fetch it
+# from a live cluster whose run directories it cannot read (``kwdiag.dask.collect``).
+KEPT_LINES = 20_000
+KEPT: dict[str, "collections.deque[str]"] = {}
+
+
+def recorded_lines(dask_worker: Any = None, dask_scheduler: Any = None) -> dict[str, list[str]]:
+    """This process's recorded lines by file name (run by ``client.run``/``run_on_scheduler``)."""
+    return {name: list(lines) for name, lines in KEPT.items()}
 
 
 def run_dir(explicit: str | None = None) -> str:
@@ -96,7 +107,9 @@ class Recorder:
         if self.writer is None:
             return
         try:
-            self.writer.emit(kind, level=level, message=message, worker=worker, **fields)
+            event = self.writer.emit(kind, level=level, message=message, worker=worker, **fields)
+            KEPT.setdefault(os.path.basename(self.path), collections.deque(maxlen=KEPT_LINES)).append(
+                to_json_line(event))
         except (OSError, ValueError) as exc:  # ValueError: written after close by a late hook
             self.lost += 1
             if self.lost == 1:

@@ -1,6 +1,7 @@
 """Where the nanny plugin listens inside Dask's nanny: the moment it learns that its worker process ended.
 
-Covers: two wrappers, installed once per process on ``distributed.nanny.WorkerProcess`` — ``kill``
+Covers: three wrappers, installed once per process on ``distributed.nanny.WorkerProcess`` — ``start``
+notes which address each worker process reported (Dask keeps only the last completed start's), ``kill``
 remembers why the nanny asked its worker to stop (the reason string: a client restart, the
 worker-ttl check, a nanny close), and ``mark_stopped`` (called by Dask's own exit callback once the
 nanny has reaped its child) reads the exit code, pid, address and that reason before Dask releases the
@@ -69,6 +70,15 @@ def install() -> None:
         return
     original_kill = WorkerProcess.kill
     original_mark_stopped = WorkerProcess.mark_stopped
+    original_start = WorkerProcess.start
+
+    @functools.wraps(original_start)
+    async def start(self, *args: Any, **kwargs: Any) -> Any:
+        result = await original_start(self, *args, **kwargs)
+        proc = getattr(self, "process", None)
+        if proc is not None and getattr(self, "worker_address", None):
+            self._kwdiag_started = (proc.pid, self.worker_address)   # this process's address, once it is known
+        return result
 
     @functools.wraps(original_kill)
     async def kill(self, *args: Any, **kwargs: Any) -> Any:
@@ -94,6 +104,7 @@ def install() -> None:
 
     WorkerProcess.kill = kill
     WorkerProcess.mark_stopped = mark_stopped
+    WorkerProcess.start = start
     setattr(WorkerProcess, _INSTALLED, True)
 
 
@@ -108,5 +119,9 @@ def _facts(worker_process: Any) -> ExitFacts | None:
         pid, exitcode = proc.pid, proc.exitcode
     except (ValueError, AttributeError):
         pid = exitcode = None
-    return ExitFacts(pid=pid, exitcode=exitcode, address=getattr(worker_process, "worker_address", None),
+    # Dask sets worker_address only once a process's start completes: a process that died before (a task
+    # crashed it right after it registered) leaves its predecessor's address there. Only the address this very
+    # process reported at its start is its own.
+    started_pid, started_address = getattr(worker_process, "_kwdiag_started", (None, None))
+    return ExitFacts(pid=pid, exitcode=exitcode, address=started_address if started_pid == pid else None,
                      kill_reason=getattr(worker_process, "_kwdiag_kill_reason", None), at=time.time())

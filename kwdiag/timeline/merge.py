@@ -115,9 +115,11 @@ def join_views(procs: list[Incarnation]) -> list[Incarnation]:
     j = _Joiner(procs)
     _join_by_key(j, lambda p: (p.name, p.kw_incarnation) if p.kw_incarnation is not None and p.name else None)
     _join_by_key(j, lambda p: (p.host, p.pid) if p.pid is not None else None)
+    _join_pid_without_host(j)
     _join_mirrors(j)
     _join_by_address(j)
     _join_unnamed_exits(j)
+    _join_exits_to_removals(j)
     _join_by_successor(j)
     return j.roots()
 
@@ -132,6 +134,23 @@ def _join_by_key(j: _Joiner, key) -> None:
             j.join(first[k], i)
         else:
             first[k] = i
+
+
+def _join_pid_without_host(j: _Joiner) -> None:
+    """A pid told by a line that names no host (a text log) and by records of exactly one host: one process.
+    With several hosts using that pid, nothing says which: they stay apart."""
+    hosts: dict[int, set[str]] = defaultdict(set)
+    for p in j.roots():
+        if p.pid is not None and p.host is not None:
+            hosts[p.pid].add(p.host)
+    index = {id(p): i for i, p in enumerate(j.procs)}
+    for p in j.roots():
+        if p.pid is None or p.host is not None or len(hosts.get(p.pid, ())) != 1:
+            continue
+        host = next(iter(hosts[p.pid]))
+        q = next((r for r in j.roots() if r.pid == p.pid and r.host == host), None)
+        if q is not None and compatible(q, p):
+            j.join(index[id(q)], index[id(p)])
 
 
 MIRROR_SECONDS = 2.0  # between kwdiag's record of an end and Dask's own line for it
@@ -398,6 +417,36 @@ def _join_unnamed_exits(j: _Joiner) -> None:
                     best, best_gap = p, gap
         if best is not None:
             j.join(index[id(best)], index[id(u)])
+
+
+REMOVAL_JOIN = 1.0  # seconds between a nanny's exit line that names only a pid and the scheduler's removal
+
+
+def _join_exits_to_removals(j: _Joiner) -> None:
+    """Across files, for logs that keep a process's exit and its removal apart (Dask's in-memory logs of a
+    LocalCluster: the nannies' lines in one, the scheduler's in another): a death known only by its pid from
+    a nanny's exit line, and a worker known only by the scheduler's removal of it (no exit of its own), at
+    about the same moment, are one death. Taken in time order, each exit with the nearest removal no other
+    exit took: when several workers die in the same second, as many exits go to as many removals (which goes
+    to which is then only as sure as the order of the lines)."""
+    roots = j.roots()
+    exits = sorted(((known_ts(e), i, p) for i, p in enumerate(roots)
+                    if p.pid is not None and p.address is None and p.name is None and "exit" in p.slots
+                    and "removed" not in p.slots for e in p.slots["exit"][:1] if known_ts(e) is not None),
+                   key=lambda t: (t[0], t[1]))
+    if not exits:
+        return
+    removals = [(known_ts(e), p) for p in roots if (p.address or p.name) and "removed" in p.slots
+                and "exit" not in p.slots for e in p.slots["removed"][:1] if known_ts(e) is not None]
+    index = {id(p): i for i, p in enumerate(j.procs)}
+    taken: set[int] = set()
+    for ts, _, u in exits:
+        near = sorted((abs(rts - ts), k, p) for k, (rts, p) in enumerate(removals)
+                      if k not in taken and abs(rts - ts) <= REMOVAL_JOIN and compatible(p, u))
+        if near:
+            _, k, p = near[0]
+            taken.add(k)
+            j.join(index[id(p)], index[id(u)])
 
 
 def _started_after(p: Incarnation, e: Event) -> bool:
