@@ -81,6 +81,10 @@ def main() -> int:
                     failures.append((params, f"{type(exc).__name__}: {exc}"))
                     print(f"FAILED example {k}: {params}: {type(exc).__name__}: {exc}", flush=True)
                     print(diagnose_stuck(client), flush=True)
+                    del exc
+                    import gc
+
+                    gc.collect()   # the failure's traceback held the example's futures: let them go
                     if len(failures) >= 5:
                         break
                     client.wait_for_workers(3, timeout=DEADLINE)

@@ -22,8 +22,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("explain")
     def explain(
-        paths: List[str] = typer.Argument(..., help="Log files, directories (read recursively), '-' for stdin; "
-                                                     "gzip is detected."),
+        paths: Optional[List[str]] = typer.Argument(None, help="Log files, directories (read recursively), '-' for "
+                                                                "stdin; gzip is detected."),
         fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown."),
         rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="A directory of your own rule "
                                                                              "files, used beside the built-ins."),
@@ -32,15 +32,41 @@ def register(app: typer.Typer) -> None:
                                                                       "with a timeline and memory charts."),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Text report: after the groups, every death "
                                                                     "with every evidence line and fix."),
+        dask_scheduler: Optional[str] = typer.Option(None, "--dask-scheduler", help="Explain a live Dask cluster: "
+                                                     "fetch its logs, events and kwdiag records from this "
+                                                     "scheduler address (saved with --save)."),
+        scheduler_file: Optional[str] = typer.Option(None, "--scheduler-file", help="The same, for the Dask "
+                                                                                    "scheduler in this file."),
+        save: Optional[str] = typer.Option(None, "--save", help="With --dask-scheduler: the folder to save what "
+                                                                "was fetched into (default kwdiag-dask-TIME)."),
+        tls_ca_file: Optional[str] = typer.Option(None, "--tls-ca-file", help="TLS: the cluster's CA."),
+        tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="TLS: this client's certificate."),
+        tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: this client's key."),
+        note_for: Optional[str] = typer.Option(None, "--note-for", help="Print only the few lines kwdiag adds to "
+                                                                        "the KilledWorker of this task."),
     ) -> None:
-        """Explain every worker death in saved logs (kwdiag's and Dask's): cause, evidence, fix."""
+        """Explain every worker death in saved logs (kwdiag's and Dask's), or in a live Dask cluster: cause,
+        evidence, fix."""
         from kwdiag.errors import USAGE, KwdiagError
 
         if fmt not in FORMATS:
             raise KwdiagError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})", USAGE)
+        paths = list(paths or ())
+        if dask_scheduler or scheduler_file:
+            paths.append(_fetch_live(dask_scheduler, scheduler_file, save, tls_ca_file, tls_cert, tls_key))
+        if not paths:
+            raise KwdiagError("give log files or folders to explain, or --dask-scheduler ADDRESS", USAGE)
         from kwdiag.pipeline import analyze
 
         report = analyze(paths, rules_dirs or ())
+        if note_for is not None:
+            from kwdiag.report.note import killed_worker_note
+
+            note = killed_worker_note(report, note_for, where=" ".join(paths))
+            if note is None:
+                raise typer.Exit(1)
+            typer.echo(note)
+            return
         from kwdiag.cli_io import open_output, print_problems
 
         out = open_output(output)
@@ -135,3 +161,25 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(FINDINGS)
 
     app.add_typer(rules_app)
+
+
+def _fetch_live(address: Optional[str], scheduler_file: Optional[str], save: Optional[str], tls_ca_file: Optional[str],
+                tls_cert: Optional[str], tls_key: Optional[str]) -> str:
+    """Fetch a live Dask cluster's logs, events and kwdiag records into a folder; its path."""
+    from kwdiag.errors import USAGE, KwdiagError
+
+    try:
+        from kwdiag.dask.live import _new_folder, _settle, connect
+        from kwdiag.dask.collect import collect
+    except ImportError:
+        raise KwdiagError("--dask-scheduler needs Dask: pip install 'kwdiag[dask]'", USAGE) from None
+    client = connect(address, scheduler_file, tls_ca_file=tls_ca_file, tls_cert=tls_cert, tls_key=tls_key)
+    try:
+        folder = save or _new_folder()
+        _settle(client)
+        summary = collect(client, folder)
+    finally:
+        client.close()
+    typer.echo(f"Fetched {len(summary['files'])} file(s) from the cluster into {folder}"
+               + ("" if summary["kwdiag_plugins"] else " (no kwdiag plugins ran there: Dask's logs only)"), err=True)
+    return folder

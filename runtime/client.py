@@ -57,6 +57,8 @@ logger = logging.getLogger("kwdiag.client")
 
 PENDING, FINISHED, ERROR, CANCELLED = "pending", "finished", "error", "cancelled"
 CONFIRM_DELAY = 0.2   # seconds between a message and the ping that confirms the scheduler has it
+# Requests that change nothing on the cluster (or nothing more when repeated): asked again after a broken connection.
+IDEMPOTENT = {"scheduler-info", "who-has", "has-what", "get-versions", "get-task-spec", "ping", "cancel", "retry"}
 
 _LIVE: "weakref.WeakSet[Client]" = weakref.WeakSet()
 _current_client: contextvars.ContextVar["Client | None"] = contextvars.ContextVar("kwdiag_client", default=None)
@@ -269,7 +271,8 @@ class Future:
         """The exception the task raised; None if it finished or was cancelled (as Dask's)."""
         st = self.client._wait(self._state, timeout)
         if st.status == ERROR:
-            return _build_exception(self.key, st.error or {})
+            exc = _build_exception(self.key, st.error or {})
+            return self.client._explained(exc) if isinstance(exc, KilledWorker) else exc
         return None
 
     def traceback(self, timeout: float | None = None) -> Any:
@@ -390,6 +393,7 @@ class Client:
         self.status = "connecting"
         self.rec = Recorder("kwdiag.client", source="client", log_dir=log_dir, file_stem=f"client-{os.getpid()}")
         self._reported_killed: set[str] = set()
+        self._notes: dict[str, str] = {}   # task -> kwdiag's note for its KilledWorker ("": none could be made)
         self.versions = versions_mod.collect(self.config["versions_packages"])
         self.handlers = {"key-in-memory": self._on_in_memory, "task-erred": self._on_erred,
                          "key-lost": self._on_lost, "cancelled": self._on_cancelled, "retrying": self._on_retrying}
@@ -585,10 +589,17 @@ class Client:
 
     def _request(self, op: str, timeout: float | None = None, **fields: Any) -> Any:
         """Ask the scheduler and wait for its answer. While the client is reconnecting (the scheduler died and
-        is expected back), the request waits for the connection, as Dask's do, rather than failing at once."""
+        is expected back), the request waits for the connection, as Dask's do, rather than failing at once; a
+        question that changes nothing (``IDEMPOTENT``) asked just as the connection broke is asked again."""
         async def request() -> Any:
-            stream = await self._scheduler_stream()
-            return await stream.request(op, **fields)
+            for attempt in range(2):
+                stream = await self._scheduler_stream()
+                try:
+                    return await stream.request(op, **fields)
+                except CommClosedError:
+                    if attempt or op not in IDEMPOTENT or self._closing:
+                        raise
+                    await asyncio.sleep(0.05)   # the broken connection is noticed, a reconnection begins
         return self._loop.run(request(), timeout)
 
     async def _scheduler_stream(self) -> Stream:
@@ -825,7 +836,10 @@ class Client:
         if threading.current_thread() is not self._loop.thread:
             values = self._inline_results(states, timeout)
         if values is None:
-            values = self._loop.run(self._gather_keys(states, errors, timeout), None)
+            try:
+                values = self._loop.run(self._gather_keys(states, errors, timeout), None)
+            except KilledWorker as exc:
+                raise self._explained(exc) from None
         if errors == "skip" and isinstance(futures, list):
             futures = [f for f in futures if not isinstance(f, Future) or f.key in values]
         return _rebuild(futures, values)
@@ -926,6 +940,20 @@ class Client:
             background(stream.run())
             self._workers[address] = stream
         return stream
+
+    # ---------------------------------------------------------------- KilledWorker, explained
+    def _explained(self, exc: KilledWorker) -> KilledWorker:
+        """``exc`` with kwdiag's verdict on the deaths counted against its task as a note (PEP 678): the lines of
+        ``kwdiag explain LOG_DIR --note-for TASK``, run as a separate process (the runtime imports no analysis)
+        in the caller's thread, once per task. ``KWDIAG_KILLED_WORKER_NOTE=0`` turns it off."""
+        if not exc.log_dir or os.environ.get("KWDIAG_KILLED_WORKER_NOTE", "1") == "0":
+            return exc
+        note = self._notes.get(exc.task)
+        if note is None:
+            note = self._notes[exc.task] = _killed_worker_note(exc.log_dir, exc.task)
+        if note and note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)
+        return exc
 
     # ---------------------------------------------------------------- cancel, retry
     def cancel(self, futures: Any, asynchronous: Any = None, force: bool = False, reason: str | None = None,
@@ -1293,6 +1321,28 @@ def _pack_keys(keys: Any, futures: dict[Any, Future]) -> Any:
     if isinstance(keys, list):
         return [_pack_keys(k, futures) for k in keys]
     return futures[keys]
+
+
+NOTE_TIMEOUT = 30.0   # seconds `kwdiag explain --note-for` may take
+
+
+def _killed_worker_note(log_dir: str, task: str) -> str:
+    """kwdiag's verdict on the deaths counted against ``task`` ("" when it cannot be had)."""
+    import subprocess
+
+    from kwdiag.runtime.spawn import child_env, module_command
+
+    for attempt in range(3):   # the last death's records may still be on their way to the files
+        try:
+            done = subprocess.run(module_command("kwdiag", "explain", log_dir, "--note-for", task),
+                                  capture_output=True, text=True, timeout=NOTE_TIMEOUT, env=child_env(),
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+        time.sleep(0.5 * (attempt + 1))
+    return ""
 
 
 def dask_get(dsk: Any, keys: Any, **kwargs: Any) -> Any:

@@ -1115,6 +1115,9 @@ class SchedulerState:
         if ts.error and ts.error.get("key") in self.tasks:
             ts = self.tasks[ts.error["key"]]
         return {"key": ts.key, "spec": ts.run_spec, "state": ts.state.value,
+                "processing_on": ts.processing_on.address if ts.processing_on is not None else None,
+                "executing": ts.executing, "who_has": [w.address for w in ts.who_has],
+                "dependents": {d.key: d.state.value for d in list(ts.dependents)[:5]},
                 "deps": {d.key: [w.address for w in d.who_has] for d in ts.deps},
                 "missing": [d.key for d in ts.deps if d.state != MEMORY]}
 

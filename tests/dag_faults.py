@@ -271,12 +271,20 @@ def diagnose_stuck(client: Any) -> str:
     lines = []
     pending = [o for o in gc.get_objects() if type(o) is Future and o.status == "pending" and o.client is client]
     lines.append(f"{len(pending)} pending futures; scheduler tasks {client.scheduler_info()['tasks']}")
-    for f in pending[:5]:
+    asked: set[str] = set()
+    keys = [f.key for f in pending[:5]]
+    while keys and len(asked) < 12:
+        key = keys.pop(0)
+        if key in asked:
+            continue
+        asked.add(key)
         try:
-            info = client._request("get-task-spec", key=f.key, timeout=10)
-            lines.append(f"  {f.key}: scheduler says {info['state']}, missing {info['missing']}")
+            info = client._request("get-task-spec", key=key, timeout=10)
+            lines.append(f"  {key}: scheduler says {info['state']} on {info.get('processing_on')} (executing "
+                         f"{info.get('executing')}), holders {info.get('who_has')}, missing {info['missing']}")
+            keys.extend(info["missing"])
         except Exception as exc:
-            lines.append(f"  {f.key}: scheduler says {type(exc).__name__}: {exc}")
+            lines.append(f"  {key}: scheduler says {type(exc).__name__}: {exc}")
     try:
         for address, state in client.run(_worker_state).items():
             lines.append(f"  worker {address}: {state}")
@@ -293,10 +301,15 @@ def _worker_state(dask_worker: Any) -> dict:
 
 
 def cluster_is_empty(client: Any) -> bool:
-    """The scheduler holds no task and no worker holds a result."""
-    if client.scheduler_info()["tasks"]:
+    """The scheduler holds no task and no worker holds a result (False while a worker cannot be asked)."""
+    from kwdiag.runtime import CommClosedError
+
+    try:
+        if client.scheduler_info()["tasks"]:
+            return False
+        return not any(client.run(_held).values())
+    except CommClosedError:   # a worker killed a moment ago, still listed: ask again
         return False
-    return not any(client.run(_held).values())
 
 
 def _held(dask_worker: Any) -> int:

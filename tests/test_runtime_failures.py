@@ -204,6 +204,10 @@ def test_a_task_that_kills_every_worker_gets_killed_worker_and_the_cluster_keeps
         assert all(bad.key in r.fields["blamed"] for r in removals)
         wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, what="workers restarted")
         assert client.submit(inc, 1).result(timeout=30) == 2
+        # The traceback the user sees already says why those workers died (kwdiag's verdict as a note).
+        note = "\n".join(info.value.__notes__)
+        assert note.startswith("kwdiag: 2 worker death(s) counted against this task"), note
+        assert note.count("sudden_exit/segfault") == 2 and "What to do:" in note and log_dir in note
 
 
 def test_allowed_failures_default_is_three(log_dir):

@@ -144,12 +144,20 @@ def removal_lost(e: Event) -> bool:
     return e.get("how") in (None, "connection-closed")
 
 
+# How a scheduler's removal can say the worker left for a reason of its own (recorded first-hand by the
+# scheduler: kwdiag's, or the kwdiag plugin's on Dask).
+OWN_REMOVALS = {"retired", "lifetime"}
+
+
 def _reasons(inc: Incarnation) -> set[str]:
-    """The close reasons the worker's (or its nanny's) own end lines give."""
+    """The close reasons the worker's (or its nanny's) own end lines give, and a retirement the scheduler
+    recorded."""
     out: set[str] = set()
     for e in inc.end_events:
         if e.kind in ("worker-closing", "worker-end", "nanny-closing", "worker-exit"):
             out |= _reasons_of(e)
+        elif e.kind == "worker-removed" and e.get("how") in OWN_REMOVALS:
+            out.add(e.get("how"))
     return out
 
 
@@ -161,10 +169,12 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
     it left on its own even if the scheduler closed moments later. With no reason stated (older Dask, a
     bare ``Stopping worker``), an orderly end near the scheduler's close is part of it.
     """
+    own = {r for r in _reasons(inc) if r not in CLUSTER_REASONS}
+    if own & OWN_REMOVALS:
+        return None   # the scheduler retired it: its nanny's "shutdown" is the retirement's, not the cluster's
     for e in inc.end_events:
         if _reasons_of(e) & CLUSTER_REASONS:
             return e
-    own = {r for r in _reasons(inc) if r not in CLUSTER_REASONS}
     end = inc.ended_at
     for e in tl.cluster:
         if e.kind != "scheduler-close":
@@ -236,6 +246,12 @@ def _same_file_before(e: Event, inc: Incarnation) -> bool:
 def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
     """A scheduler request for this worker to go (retire, close, restart) shortly before its end: one that
     names its address or its name, or a restart of every worker."""
+    # The scheduler's own record of a retirement (kwdiag's, the plugin's on Dask), when the worker gave no reason
+    # of its own for leaving (kwdiag's scheduler also records a worker that left on a signal as retired).
+    stated = {r for r in _reasons(inc) if r not in CLUSTER_REASONS and r not in OWN_REMOVALS}
+    for e in inc.slots.get("removed", ()):
+        if e.get("how") == "retired" and not stated:
+            return e
     end = inc.ended_at
     for e in tl.cluster:
         if e.kind not in ("retire-request", "close-request") or not _names(e, inc):
@@ -264,8 +280,11 @@ def _has_exception(events: Iterable[Event]) -> bool:
 
 
 def _own_lines(inc: Incarnation) -> bool:
-    """Lines of the worker process itself (not only its nanny's or the scheduler's) are in the input."""
-    return any(e.source == "worker" for e in inc.events)
+    """Lines of the worker process itself (not only its nanny's or the scheduler's) are in the input — or its
+    exit record says what the worker last wrote (``stderr_tail``, even empty: whoever recorded the exit read
+    the worker's own output, which is gone with the process when the logs come from a live cluster's memory)."""
+    return any(e.source == "worker" or (e.kind == "worker-exit" and isinstance(e.get("stderr_tail"), list))
+               for e in inc.events)
 
 
 def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[Event]:

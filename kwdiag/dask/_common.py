@@ -35,15 +35,30 @@ TAIL_LINES = 100       # room for a faulthandler dump of a few threads, as the e
 
 logger = logging.getLogger("kwdiag.dask")
 
-# What this process recorded, also kept in memory (file name -> its last lines), so that a client can fetch it
-# from a live cluster whose run directories it cannot read (``kwdiag.dask.collect``).
+# What this process recorded, also kept in memory ((scheduler address, file name) -> its last lines), so that a
+# client can fetch it from a live cluster whose run directories it cannot read (``kwdiag.dask.collect``).
+# Keyed by the cluster's scheduler: one process may hold the servers of several clusters in turn (LocalClusters).
 KEPT_LINES = 20_000
-KEPT: dict[str, "collections.deque[str]"] = {}
+KEPT: dict[tuple[str | None, str], "collections.deque[str]"] = {}
+
+
+def scheduler_address_of(server: Any) -> str | None:
+    """The address of the scheduler a Dask scheduler, nanny or worker belongs to."""
+    for get in (lambda: server.scheduler_addr, lambda: server.scheduler.address, lambda: server.address):
+        try:
+            value = get()
+        except Exception:
+            continue
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def recorded_lines(dask_worker: Any = None, dask_scheduler: Any = None) -> dict[str, list[str]]:
-    """This process's recorded lines by file name (run by ``client.run``/``run_on_scheduler``)."""
-    return {name: list(lines) for name, lines in KEPT.items()}
+    """This process's recorded lines of the cluster of the server it runs on, by file name (run by
+    ``client.run``/``run_on_scheduler``)."""
+    cluster = scheduler_address_of(dask_scheduler if dask_scheduler is not None else dask_worker)
+    return {name: list(lines) for (where, name), lines in KEPT.items() if cluster is None or where == cluster}
 
 
 def run_dir(explicit: str | None = None) -> str:
@@ -92,8 +107,10 @@ class Recorder:
     """One JSONL file of events. A failure to write is logged once and never raised: a full disk must
     not take Dask's scheduler, nanny or worker down with it."""
 
-    def __init__(self, directory: str, file_stem: str, *, source: str, worker: str | None = None):
+    def __init__(self, directory: str, file_stem: str, *, source: str, worker: str | None = None,
+                 cluster: str | None = None):
         self.path = os.path.join(directory, f"{file_stem}.jsonl")
+        self.kept = KEPT[(cluster, os.path.basename(self.path))] = collections.deque(maxlen=KEPT_LINES)
         self.lost = 0
         self.writer: EventWriter | None = None
         try:
@@ -108,8 +125,7 @@ class Recorder:
             return
         try:
             event = self.writer.emit(kind, level=level, message=message, worker=worker, **fields)
-            KEPT.setdefault(os.path.basename(self.path), collections.deque(maxlen=KEPT_LINES)).append(
-                to_json_line(event))
+            self.kept.append(to_json_line(event))
         except (OSError, ValueError) as exc:  # ValueError: written after close by a late hook
             self.lost += 1
             if self.lost == 1:

@@ -30,8 +30,8 @@ from typing import Any
 from distributed.diagnostics.plugin import NannyPlugin
 
 from kwdiag.dask import _hooks
-from kwdiag.dask._common import (Recorder, last_executing, process_log_tail, run_dir, signal_name, stem,
-                                 versions)
+from kwdiag.dask._common import (Recorder, last_executing, process_log_tail, run_dir, scheduler_address_of,
+                                 signal_name, stem, versions)
 
 SAMPLES_KEPT_SECONDS = 30.0
 FORWARD_TAIL = (5, 15)  # the compact copy keeps the first and last lines of the log tail (a dump's header)
@@ -138,7 +138,7 @@ class NannyRecorder(NannyPlugin):
         self.nanny = nanny
         self.directory = run_dir(self.run_dir)
         self.rec = Recorder(self.directory, f"nanny-{stem(self._file_name())}", source="nanny",
-                            worker=self._worker_name(None))
+                            worker=self._worker_name(None), cluster=scheduler_address_of(nanny))
         previous = _hooks.observer(nanny)
         if isinstance(previous, NannyRecorder):
             # Loaded twice (a --preload-nanny and the scheduler's registration): the newest one records.

@@ -93,7 +93,7 @@ class SchedulerRecorder(SchedulerPlugin):
             return  # started twice (preload and registration): one record
         self.scheduler = scheduler
         self.directory = run_dir(self.run_dir)
-        self.rec = Recorder(self.directory, "scheduler", source="scheduler")
+        self.rec = Recorder(self.directory, "scheduler", source="scheduler", cluster=scheduler.address)
         ttl = getattr(scheduler, "worker_ttl", None)
         self.rec.event("scheduler-start", f"  Scheduler at: {scheduler.address:>25}", address=scheduler.address,
                        allowed_failures=scheduler.allowed_failures, worker_ttl=ttl, pid=os.getpid(),

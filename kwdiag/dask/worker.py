@@ -21,8 +21,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from kwdiag.dask._common import (BANNER, TEXT_FORMAT, ExecutingLines, Recorder, key_text, run_dir, stem, text_line,
-                                 versions)
+from kwdiag.dask._common import (BANNER, ExecutingLines, Recorder, TEXT_FORMAT, key_text, run_dir,
+                                 scheduler_address_of, stem, text_line, versions)
 
 RUNNING = frozenset({"executing", "long-running"})
 # A task cancelled or resumed while executing keeps running in its thread until it returns.
@@ -73,7 +73,8 @@ class WorkerRecorder(WorkerPlugin):
         self.worker = worker
         directory = run_dir(self.run_dir)
         name = str(worker.name)
-        self.rec = Recorder(directory, f"worker-{stem(name)}", source="worker", worker=name)
+        self.rec = Recorder(directory, f"worker-{stem(name)}", source="worker", worker=name,
+                            cluster=scheduler_address_of(worker))
         self.lines = ExecutingLines(self.rec.path, name)
         self._open_log(os.path.join(directory, f"worker-{stem(name)}.log"), worker)
         # Registered on a running worker: what already runs is the first executing set.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from kwdiag.analysis.model import Report
 from kwdiag.escape import safe
+from kwdiag.report.text import hint_for
 
 MAX_DEATHS = 6
 
@@ -36,7 +37,11 @@ def killed_worker_note(report: Report, task: str, *, where: str | None = None) -
                      + (f" — {safe(summary, 200)}" if summary else ""))
     if len(blame.deaths) > MAX_DEATHS:
         lines.append(f"  ... and {len(blame.deaths) - MAX_DEATHS} more")
-    hint = next((h.text for h in blame.hints), None) if blame.hints else None
+    # The fix for the deaths themselves (the blame's own hint points at it as "the fix above").
+    first = next((x for x in report.deaths if (x.worker, x.incarnation) == (blame.deaths[0].worker,
+                                                                            blame.deaths[0].incarnation)), None)
+    own = hint_for(first.hints, report.runtimes) if first is not None and first.hints else None
+    hint = own.text if own is not None else next((h.text for h in blame.hints), None)
     if hint:
         lines.append(f"What to do: {safe(hint, 600)}")
     if where:

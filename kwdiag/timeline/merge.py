@@ -40,6 +40,9 @@ def scheduler_view(events: Iterable[Event]) -> list[Incarnation]:
             continue
         incs = by_addr[key]
         cur = incs[-1] if incs else None
+        if cur is not None and _retells(cur, e):
+            _take_retelling(cur, e)   # the scheduler's record and Dask's own line of the same fact: one process
+            continue
         if cur is None or (e.kind == "worker-registered" and (cur.registered or cur.ended)) or not cur.can_take(e):
             cur = Incarnation(address=addr if isinstance(addr, str) else None, name=e.worker,
                               order=(10**9, e.origin.line if e.origin else 0), host=e.host)
@@ -55,6 +58,30 @@ def scheduler_view(events: Iterable[Event]) -> list[Incarnation]:
         if isinstance(inc, int) and cur.kw_incarnation is None:
             cur.kw_incarnation = inc
     return out
+
+
+def _retells(cur: Incarnation, e: Event) -> bool:
+    """``e`` and a line ``cur`` already has tell one fact, one first-hand and one a copy (a run directory with
+    both the scheduler plugin's records and Dask's text log): same kind, within ``MIRROR_SECONDS``."""
+    ts = known_ts(e)
+    if ts is None:
+        return False
+    pool = cur.events if e.kind == "worker-registered" else cur.slots.get(slot_of(e) or "", ())
+    if e.kind == "worker-registered" and cur.ended:
+        return False
+    return any(x.kind == e.kind and _copy(x) != _copy(e) and known_ts(x) is not None
+               and abs(known_ts(x) - ts) <= MIRROR_SECONDS for x in pool)
+
+
+def _take_retelling(cur: Incarnation, e: Event) -> None:
+    """Keep both lines as evidence; the first-hand one holds the slot (it carries the facts)."""
+    slot = slot_of(e)
+    if slot is not None and not _copy(e) and slot in cur.slots:
+        cur.slots[slot] = [e if (x.kind == e.kind and _copy(x)) else x for x in cur.slots[slot]]
+    cur.events.append(e)
+    pid = e.get("pid")
+    if e.kind in ("worker-registered", "worker-exit") and isinstance(pid, int) and cur.pid is None:
+        cur.pid = pid
 
 
 # ---------------------------------------------------------------- joining views
@@ -91,7 +118,14 @@ def compatible(a: Incarnation, b: Incarnation) -> bool:
     if a.kw_incarnation is not None and b.kw_incarnation is not None and a.kw_incarnation != b.kw_incarnation:
         return False
     common = set(a.slots) & set(b.slots)
-    return all(s in REPEATABLE for s in common)
+    return all(s in REPEATABLE or _slot_retold(a.slots[s], b.slots[s]) for s in common)
+
+
+def _slot_retold(xs: list[Event], ys: list[Event]) -> bool:
+    """Both processes end with a line of this slot, and the lines tell one fact: a first-hand record and a copy
+    (Dask's own line) of the same kind within ``MIRROR_SECONDS`` — the same end, not two."""
+    return all(any(x.kind == y.kind and _copy(x) != _copy(y) and known_ts(x) is not None and known_ts(y) is not None
+                   and abs(known_ts(x) - known_ts(y)) <= MIRROR_SECONDS for y in ys) for x in xs)
 
 
 def absorb(a: Incarnation, b: Incarnation) -> None:

@@ -1,0 +1,181 @@
+"""kwdiag where Dask users already are: a live Dask cluster, a notebook's client, ``kwdiag run --dask``.
+
+For each way a worker dies — a task that segfaults, a task that calls ``os._exit(1)``, a task past the memory
+limit, a worker SIGKILLed from outside, a retired worker — on a real Dask LocalCluster (nannies, 300 MiB
+each): ``kwdiag.dask.explain(client)`` inside ``kwdiag.dask.recording(client)``, ``kwdiag explain
+--dask-scheduler``, and ``kwdiag run --dask`` of the same job each give exactly the expected multiset of
+deaths (an extra death fails as surely as a missing one), and a ``KilledWorker`` raised inside
+``recording`` carries kwdiag's verdict as a note. Without ``recording``, ``explain(client)`` on a default
+LocalCluster gives the deaths Dask's in-memory logs show, and no wrong cause.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ANY, assert_deaths, wait_until
+
+distributed = pytest.importorskip("distributed")
+import dask  # noqa: E402
+
+import kwdiag.dask  # noqa: E402
+from kwdiag.runtime.spawn import child_env  # noqa: E402
+
+DEADLINE = 120.0
+MiB = 1 << 20
+
+
+# ---------------------------------------------------------------------- tasks (run on the workers)
+def segfault():
+    ctypes.string_at(0)
+
+
+def exit_one():
+    os._exit(1)
+
+
+def hog_once(marker: str) -> str:
+    """The first time, climb past the memory limit (the nanny stops it); the rerun returns."""
+    if os.path.exists(marker):
+        return "rerun survived"
+    Path(marker).touch()
+    chunks = []
+    while len(chunks) < 64:
+        chunks.append(b"x" * (16 * MiB))
+        time.sleep(0.05)
+    time.sleep(60)
+    return "not stopped"
+
+
+def sleep_until(path: str) -> str:
+    deadline = time.monotonic() + DEADLINE
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "woken"
+
+
+def my_pid() -> int:
+    return os.getpid()
+
+
+# ---------------------------------------------------------------------- scenarios
+def kill_from_outside(client, tmp_path):
+    future = client.submit(sleep_until, str(tmp_path / "wake"), key="sleeping-when-killed")
+    address = wait_until(lambda: next((a for a, keys in client.processing().items() if keys), None), DEADLINE)
+    pid = client.run(my_pid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: address not in client.scheduler_info()["workers"] and
+               len(client.scheduler_info()["workers"]) == 2, DEADLINE, what="the killed worker replaced")
+    (tmp_path / "wake").touch()
+    assert future.result(timeout=DEADLINE) == "woken"
+
+
+def retire_one(client, tmp_path):
+    address = sorted(client.scheduler_info()["workers"])[0]
+    client.retire_workers([address])
+    wait_until(lambda: address not in client.scheduler_info()["workers"], DEADLINE, what="the retirement")
+
+
+def killed_worker(task):
+    """A task that kills every worker it runs on: the KilledWorker goes to the caller, as in a user's code."""
+    def run(client, tmp_path):
+        client.submit(task, key=f"{task.__name__}-task").result(timeout=DEADLINE)
+    return run
+
+
+def memory(client, tmp_path):
+    assert client.submit(hog_once, str(tmp_path / "hogged"), key="hogs-memory").result(timeout=DEADLINE) == \
+        "rerun survived"
+
+
+SCENARIOS = {
+    "segfault": (killed_worker(segfault), [(ANY, ANY, "sudden_exit", "segfault")] * 2),
+    "os-exit": (killed_worker(exit_one), [(ANY, ANY, "unrecoverable_exception", "os_exit")] * 2),
+    "memory": (memory, [(ANY, ANY, "nanny_memory_restart", "memory_limit")]),
+    "sigkill": (kill_from_outside, [(ANY, ANY, "sudden_exit", "sigkill")]),
+    "retired": (retire_one, [(ANY, ANY, "chose_to_exit", "retired")]),
+}
+
+
+def local_cluster(run_dir: Path, monkeypatch):
+    monkeypatch.setenv("KWDIAG_RUN_DIR", str(run_dir))   # where the plugins write (the cluster's processes too)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=300 * MiB,
+                                        dashboard_address=":0")
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_explain_client_inside_recording_and_explain_dask_scheduler_count_each_death_once(tmp_path, scenario,
+                                                                                        monkeypatch):
+    act, expected = SCENARIOS[scenario]
+    with local_cluster(tmp_path / "run", monkeypatch) as cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2, timeout=DEADLINE)
+        raised = None
+        try:
+            with kwdiag.dask.recording(client):
+                act(client, tmp_path)
+        except distributed.KilledWorker as exc:
+            raised = exc
+        assert (raised is not None) == (scenario in ("segfault", "os-exit"))
+        live = kwdiag.dask.explain(client, folder=str(tmp_path / "fetched"))
+        assert live.recorded
+        assert_deaths(live.deaths, expected)
+        if raised is not None:   # KilledWorker: the traceback says why those workers died
+            note = "\n".join(getattr(raised, "__notes__", []))
+            cause = "/".join(expected[0][2:])
+            assert note.startswith("kwdiag: 2 worker death(s) counted against this task") and \
+                note.count(cause) == 2, note
+        cli = subprocess.run([sys.executable, "-m", "kwdiag", "explain", "--dask-scheduler", cluster.scheduler_address,
+                              "--save", str(tmp_path / "cli"), "--format", "json"], capture_output=True, text=True,
+                             timeout=DEADLINE, env=child_env())
+        assert cli.returncode == 0, cli.stderr[-3000:]
+        assert_deaths(json.loads(cli.stdout)["deaths"], expected)
+    assert "_repr_html_" in dir(live) and "<iframe" in live._repr_html_() and "Verdict:" in str(live)
+
+
+def test_explain_client_without_recording_gives_what_the_logs_show_and_no_wrong_cause(tmp_path, monkeypatch):
+    with local_cluster(tmp_path / "run", monkeypatch) as cluster, distributed.Client(cluster) as client:
+        with pytest.raises(distributed.KilledWorker):
+            killed_worker(segfault)(client, tmp_path)
+        live = kwdiag.dask.explain(client, folder=str(tmp_path / "fetched"))
+    assert not live.recorded
+    # A LocalCluster's nannies log "killed by signal 11" at INFO in memory: both deaths and their cause.
+    assert_deaths(live.deaths, [(ANY, ANY, "sudden_exit", "segfault")] * 2)
+
+
+JOB = '''
+import os, sys
+sys.path.insert(0, {tests!r})
+from dask.distributed import Client
+import test_dask_live as t
+
+with Client() as client:          # the cluster kwdiag run --dask started
+    try:
+        t.SCENARIOS[{scenario!r}][0](client, __import__("pathlib").Path(sys.argv[1]))
+    except Exception as exc:
+        print("raised", type(exc).__name__)
+    print("done")
+'''
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_kwdiag_run_dask_counts_each_death_once(tmp_path, scenario):
+    _, expected = SCENARIOS[scenario]
+    (tmp_path / "job.py").write_text(JOB.format(tests=str(Path(__file__).parent), scenario=scenario))
+    result = subprocess.run([sys.executable, "-m", "kwdiag", "run", "--dask", "--workers", "2", "--memory-limit",
+                             "300MiB", "--allowed-failures", "1", "--log-dir", "run", "job.py", str(tmp_path)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=child_env({"NO_COLOR": "1"}))
+    assert "done" in result.stdout, result.stderr[-3000:]
+    report = json.loads(subprocess.run([sys.executable, "-m", "kwdiag", "explain", str(tmp_path / "run"), "--format",
+                                        "json"], capture_output=True, text=True, timeout=DEADLINE).stdout)
+    survivors = 1 if scenario == "retired" else 2   # the workers the run closes at its end
+    assert_deaths(report["deaths"], [*expected, *[(ANY, ANY, "chose_to_exit", "shutdown")] * survivors])
