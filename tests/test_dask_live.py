@@ -179,3 +179,33 @@ def test_kwdiag_run_dask_counts_each_death_once(tmp_path, scenario):
                                         "json"], capture_output=True, text=True, timeout=DEADLINE).stdout)
     survivors = 1 if scenario == "retired" else 2   # the workers the run closes at its end
     assert_deaths(report["deaths"], [*expected, *[(ANY, ANY, "chose_to_exit", "shutdown")] * survivors])
+
+
+def test_the_notebook_view_renders_in_a_dark_page(tmp_path):
+    """``_repr_html_`` as a notebook shows it, in a dark page, drawn by headless Chromium: the frame holds the
+    report (not a blank box). KWDIAG_UPDATE_SNAPSHOTS=1 keeps the picture as docs/images/notebook-explain.png."""
+    import html as html_module
+
+    from test_html import chromium, run_chromium
+    from kwdiag.dask.live import LiveReport
+    from kwdiag.pipeline import analyze
+
+    if chromium() is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    folder = Path(__file__).parent.parent / "sample_logs" / "kwdiag-segfault-killedworker"
+    live = LiveReport(analyze([str(folder)]), str(folder), {"kwdiag_plugins": True})
+    cell = html_module.escape("with kwdiag.dask.recording(client):\n    client.submit(crash, 1).result()\n\n"
+                              "kwdiag.dask.explain(client)")
+    page = tmp_path / "notebook.html"
+    page.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><style>body{{background:#111;color:#ddd;'
+                    f'margin:0;padding:16px}}pre{{background:#1e1e1e;padding:8px}}</style></head><body><pre>{cell}'
+                    f'</pre>{live._repr_html_()}</body></html>', encoding="utf-8")
+    png = tmp_path / "notebook.png"
+    done = run_chromium(page.as_uri(), f"--screenshot={png}", "--window-size=1200,1000", "--hide-scrollbars",
+                        "--virtual-time-budget=3000")
+    assert png.exists(), done.stderr[-2000:]
+    data = png.read_bytes()
+    # A blank frame compresses to ~15 KB; the drawn report (text, table, timeline) to several times that.
+    assert len(data) > 40_000, len(data)
+    if os.environ.get("KWDIAG_UPDATE_SNAPSHOTS"):
+        (Path(__file__).parent.parent / "docs" / "images" / "notebook-explain.png").write_bytes(data)

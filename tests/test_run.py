@@ -90,7 +90,8 @@ def test_run_in_a_pipe_passes_the_job_through_and_ends_with_the_diagnosis(tmp_pa
     run_dir = only_run_dir(tmp_path)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["exit_code"] == 3 and manifest["job_exit_code"] == 3 and manifest["status"] == "finished"
-    assert manifest["deaths_by_cause"]["sudden_exit/sigkill"] == 1
+    # Every worker's end, counted once: the SIGKILL, and the two processes the run closed at its end.
+    assert manifest["deaths_by_cause"] == {"sudden_exit/sigkill": 1, "chose_to_exit/shutdown": 2}
     assert manifest["tasks"]["finished"] >= 101 and manifest["tasks"]["erred"] == 1
     assert manifest["versions"]["kwdiag"] and manifest["args"] == ["--a", "b"]
     assert (run_dir / "job.stdout").read_text() == out
@@ -275,7 +276,7 @@ def test_demo_diagnoses_every_death_correctly(tmp_path):
     assert deaths.pop("chose_to_exit/retired") == 1
     assert deaths.pop("unrecoverable_exception/missing_module") == 1
     assert deaths.pop("version_mismatch/package_versions") == 1
-    assert set(deaths) == {"chose_to_exit/shutdown"}
+    assert deaths == {"chose_to_exit/shutdown": 2}   # the two workers left when the run closes: nothing else
     err = result.stderr.decode()
     assert err.count("(KilledWorker, blame fair)") == 2           # memory-hog and segfault: KilledWorker, fairly
     assert "kwdiag_demo_plugin_not_installed" in err              # the fix names the missing module
