@@ -47,56 +47,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Explain every worker death in saved logs (kwdiag's and Dask's), or in a live Dask cluster: cause,
         evidence, fix."""
-        from kwdiag.errors import USAGE, KwdiagError
-
-        if fmt not in FORMATS:
-            raise KwdiagError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})", USAGE)
-        paths = list(paths or ())
         if dask_scheduler or scheduler_file:
-            paths.append(_fetch_live(dask_scheduler, scheduler_file, save, tls_ca_file, tls_cert, tls_key))
-        if not paths:
-            raise KwdiagError("give log files or folders to explain, or --dask-scheduler ADDRESS", USAGE)
-        from kwdiag.pipeline import analyze
-
-        report = analyze(paths, rules_dirs or ())
-        if note_for is not None:
-            from kwdiag.report.note import killed_worker_note
-
-            note = killed_worker_note(report, note_for, where=" ".join(paths))
-            if note is None:
-                raise typer.Exit(1)
-            typer.echo(note)
-            return
-        from kwdiag.cli_io import open_output, print_problems
-
-        out = open_output(output)
-        try:
-            if fmt == "json":
-                from kwdiag.report.jsonout import render_json
-
-                out.write(render_json(report))
-            elif fmt == "markdown":
-                from kwdiag.report.markdown import render_markdown
-
-                out.write(render_markdown(report))
-            else:
-                from kwdiag.report.terminal import render_terminal
-
-                render_terminal(report, out, verbose=verbose)
-        finally:
-            if output:
-                out.close()
-        if html_path:
-            from kwdiag.report.html import render_html
-
-            page = render_html(report)
-            try:
-                with open(html_path, "w", encoding="utf-8") as fh:
-                    fh.write(page)
-            except OSError as exc:
-                raise KwdiagError(f"cannot write {html_path}: {exc.strerror or exc}", USAGE) from None
-        if print_problems(report):
-            raise typer.Exit(USAGE)
+            paths = [*(paths or ()), _fetch_live(dask_scheduler, scheduler_file, save, tls_ca_file, tls_cert,
+                                                 tls_key)]
+        _explain(list(paths or ()), fmt, rules_dirs, output, html_path, verbose, note_for)
 
     @rules_app.command("list")
     def rules_list(rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="Also your own rules.")) -> None:
@@ -183,3 +137,55 @@ def _fetch_live(address: Optional[str], scheduler_file: Optional[str], save: Opt
     typer.echo(f"Fetched {len(summary['files'])} file(s) from the cluster into {folder}"
                + ("" if summary["kwdiag_plugins"] else " (no kwdiag plugins ran there: Dask's logs only)"), err=True)
     return folder
+
+
+def _explain(paths: list[str], fmt: str, rules_dirs: Optional[List[str]], output: Optional[str],
+             html_path: Optional[str], verbose: bool, note_for: Optional[str]) -> None:
+    """``kwdiag explain``'s work once its options are read: analyze, then write the report (or only the note)."""
+    from kwdiag.errors import USAGE, KwdiagError
+
+    if fmt not in FORMATS:
+        raise KwdiagError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})", USAGE)
+    if not paths:
+        raise KwdiagError("give log files or folders to explain, or --dask-scheduler ADDRESS", USAGE)
+    from kwdiag.pipeline import analyze
+
+    report = analyze(paths, rules_dirs or ())
+    if note_for is not None:
+        from kwdiag.report.note import killed_worker_note
+
+        note = killed_worker_note(report, note_for, where=" ".join(paths))
+        if note is None:
+            raise typer.Exit(1)
+        typer.echo(note)
+        return
+    from kwdiag.cli_io import open_output, print_problems
+
+    out = open_output(output)
+    try:
+        if fmt == "json":
+            from kwdiag.report.jsonout import render_json
+
+            out.write(render_json(report))
+        elif fmt == "markdown":
+            from kwdiag.report.markdown import render_markdown
+
+            out.write(render_markdown(report))
+        else:
+            from kwdiag.report.terminal import render_terminal
+
+            render_terminal(report, out, verbose=verbose)
+    finally:
+        if output:
+            out.close()
+    if html_path:
+        from kwdiag.report.html import render_html
+
+        page = render_html(report)
+        try:
+            with open(html_path, "w", encoding="utf-8") as fh:
+                fh.write(page)
+        except OSError as exc:
+            raise KwdiagError(f"cannot write {html_path}: {exc.strerror or exc}", USAGE) from None
+    if print_problems(report):
+        raise typer.Exit(USAGE)

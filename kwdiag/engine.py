@@ -36,17 +36,12 @@ SEVERITIES = ("info", "warning", "error")
 MATCH_TIMEOUT = 0.05  # seconds per pattern per line: a user's catastrophic pattern cannot hang us
 TIMEOUT_LIMIT = 5  # a rule whose patterns time out this often in one run is not tried again in that run
 RUNTIMES = ("kwdiag", "dask", "coiled")
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "rules"
-
-
 def builtin_rules_dir() -> Path:
-    """Where the built-in rule files are (the installed ``kwdiag.rules`` package)."""
-    try:
-        import kwdiag.rules as pkg
+    """Where the built-in rule files are: the ``kwdiag.rules`` package (the top-level rules/ folder, which the
+    source tree links as kwdiag/rules and an install copies there)."""
+    import kwdiag.rules as pkg
 
-        return Path(pkg.__file__).resolve().parent
-    except ImportError:  # pragma: no cover
-        return BUILTIN_DIR
+    return Path(pkg.__file__).resolve().parent
 
 
 class RuleError(ValueError):

@@ -51,16 +51,24 @@ def test_module_command_never_puts_the_current_directory_first():
     assert module_command("kwdiag", "demo")[:4] == [sys.executable, "-P", "-m", "kwdiag"]
 
 
-def test_every_package_is_listed_for_a_non_editable_install():
-    """pyproject.toml lists packages by hand (package-dir and discovery do not mix): a package folder left
-    out installs as nothing and `pip install .` breaks with "No module named ..." while `-e` still works."""
+def test_the_source_tree_is_the_package():
+    """kwdiag/runtime and kwdiag/rules are links to the top-level runtime/ and rules/: in the clone's root,
+    ``import kwdiag.runtime`` (a job script there, ``python -m kwdiag``) finds the same files an install has,
+    with no search-path fallback, and pyproject.toml lists no packages by hand (discovery finds them)."""
     import tomllib
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {"kwdiag." + ".".join(p.parent.relative_to(root / "kwdiag").parts) if p.parent != root / "kwdiag"
-             else "kwdiag" for p in (root / "kwdiag").rglob("__init__.py")}
-    found |= {"kwdiag.runtime." + ".".join(p.parent.relative_to(root / "runtime").parts)
-              if p.parent != root / "runtime" else "kwdiag.runtime" for p in (root / "runtime").rglob("__init__.py")}
-    assert found <= listed, f"not in pyproject.toml packages: {sorted(found - listed)}"
+    for name in ("runtime", "rules"):
+        link = root / "kwdiag" / name
+        assert link.is_symlink() and link.resolve() == (root / name).resolve(), link
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert not isinstance(setuptools.get("packages"), list) and "package-dir" not in setuptools
+    found = subprocess.run([sys.executable, "-I", "-c", "import kwdiag.runtime.scheduler_state as s, kwdiag.rules as r;"
+                            "print(s.__file__); print(r.__file__)"], cwd=root, capture_output=True, text=True,
+                           timeout=60)
+    # -I: no user site, no PYTHONPATH: the installed (editable) kwdiag or the clone.s own folder, the same files.
+    assert found.returncode == 0, found.stderr
+    state, rules = found.stdout.split()
+    assert Path(state).resolve() == (root / "runtime" / "scheduler_state.py").resolve()
+    assert Path(rules).resolve() == (root / "rules" / "__init__.py").resolve()
