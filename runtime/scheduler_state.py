@@ -807,6 +807,10 @@ class SchedulerState:
                 ts = self.tasks.get(key)
                 if ts is not None and ts.state == MEMORY:
                     self._add_holder(ts, ws)
+                elif ts is not None and ts.processing_on is ws:
+                    # Its copy was lost elsewhere and this worker was asked to compute it since: the copy is of no
+                    # use to us now, but a free-keys would also drop the computation it has queued.
+                    continue
                 else:
                     self.out.to_worker(address, {"op": "free-keys", "keys": [key]})
         return self._take()

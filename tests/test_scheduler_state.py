@@ -275,3 +275,26 @@ def test_a_random_mix_of_stimuli_keeps_every_invariant():
         sim.run(pick=rng.choice)
         assert not sim.state.tasks, (seed, list(sim.state.tasks.values())[:5])
         assert not any(w.data for w in sim.live_workers()), seed
+
+
+def test_a_copy_reported_after_the_same_worker_was_asked_to_compute_the_key_keeps_the_computation():
+    """A worker fetched a copy of d; d's other holder died before the scheduler heard of the copy, so d was
+    lost and given to that same worker to compute; then the copy's report arrives. Freeing the copy there would
+    drop the queued computation too (found by bench/property_dags.py: a task processing on a worker that had
+    nothing)."""
+    sim = Sim(n_workers=2)
+    sim.submit("d", one)
+    sim.submit("t", inc, ["d"])
+    w1, w2 = sim.workers.values()
+    sim.step()   # d starts somewhere
+    holder = next(w for w in (w1, w2) if w.executing)
+    other = w2 if holder is w1 else w1
+    sim.step()   # d finished on its holder
+    other.data["d"] = holder.data["d"]   # the other worker fetched a copy; its add-keys is not sent yet
+    sim.kill(holder.address)
+    assert sim.state.tasks["d"].processing_on is not None
+    if sim.state.tasks["d"].processing_on.address == other.address:
+        sim.deliver(sim.state.add_keys(other.address, ["d"]))   # the late report of the copy
+        assert "d" in other.queued or "d" in other.executing
+    sim.run()
+    assert sim.value("t") == 2
