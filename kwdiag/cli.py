@@ -73,7 +73,24 @@ def register(args: list[str] | None = None) -> typer.Typer:
 _REGISTERED: set[str] = set()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A setting nobody knows is one line, like every other word from kwdiag (not Python's warning layout)."""
+    if category.__name__ == "UnknownSettingWarning":
+        print(f"kwdiag: warning: {message}", file=sys.stderr)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+_default_showwarning = None
+
+
 def main(argv: list[str] | None = None) -> None:
+    global _default_showwarning
+    import warnings
+
+    if _default_showwarning is None:
+        _default_showwarning = warnings.showwarning
+        warnings.showwarning = _show_warning
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:

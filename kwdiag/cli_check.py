@@ -56,12 +56,7 @@ def register(app: typer.Typer) -> None:
 
         settings: dict = {}
         if config:
-            path = Path(config)
-            if not path.is_file():
-                raise KwdiagError(f"cannot read config {config}: no such file", USAGE)
-            data = pol.load_toml(path)
-            table = data.get("tool", {}).get("kwdiag", data).get("check", {})
-            settings = pol.config_values(path, table if isinstance(table, dict) else {})
+            settings = pol.config_values(*pol.read_config(config))
         elif not no_config:
             found = pol.find_config()
             if found:

@@ -15,6 +15,13 @@ USAGE = 2  # bad options, unreadable or missing input
 RUNTIME = 3  # the cluster could not start or the scheduler could not be reached
 INTERRUPTED = 130
 INTERNAL = 70
+TIMEOUT = 124  # `run --timeout`: the job was stopped, as timeout(1) says
+SIGNALLED = 128  # `run`: a job killed by signal N exits SIGNALLED + N, as a shell reports it
+
+
+def signalled(signum: int) -> int:
+    """The exit code of a job that a signal killed (``128 + N``)."""
+    return SIGNALLED + signum
 
 
 class KwdiagError(Exception):

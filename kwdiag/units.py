@@ -1,11 +1,12 @@
 """Sizes and durations, parsed and printed in one dialect. Standard library only.
 
-Covers: ``parse_size`` (``"2 GiB"``, ``"248.09 MiB"``, ``"300MB"``, a number of bytes) and
-``format_bytes`` (``412 MiB``, ``1.5 GiB``; ``compact=True`` drops the space, for a value that goes
-into a command-line flag such as ``--memory-limit 2GiB``).
+Covers: ``parse_size`` (a size found in text: ``"2 GiB"``, ``"248.09 MiB"``, ``"300MB"``, a number of bytes;
+None when there is none), ``parse_bytes`` (a size setting: the same units, strict, an error naming the value
+when it is not one), and ``format_bytes`` (``412 MiB``, ``1.5 GiB``; ``compact=True`` drops the space, for a
+value that goes into a command-line flag such as ``--memory-limit 2GiB``) — for reports, the runtime's log
+lines and its settings alike (the runtime imports this module, as it does the event format).
 
-Does not cover: the runtime's own parsing of its settings (``kwdiag.runtime.config``: the runtime
-imports nothing of kwdiag but the event module).
+Does not cover: ``"auto"`` memory limits (the runtime asks the machine).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import re
 from typing import Any
 
 _SIZE = re.compile(r"([\d.]+)\s*([KMGTP]?i?B)\b", re.I)
-_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15, "kib": 1024, "mib": 1024**2,
-          "gib": 1024**3, "tib": 1024**4, "pib": 1024**5}
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+          "pb": 1e15, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "pib": 1024**5}
+_SETTING = re.compile(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)([a-z]*)")
 _STEPS = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
 
 
@@ -32,6 +34,22 @@ def parse_size(value: Any) -> float | None:
             except ValueError:  # "1.2.3 GB"
                 return None
     return None
+
+
+def parse_bytes(value: Any) -> int | None:
+    """A size setting: ``"2GiB"`` -> 2147483648, ``"500MB"``, ``1e9``; None, 0 or ``"none"`` -> None (no limit).
+    ``ValueError`` naming the value when it is not a size."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value) or None
+    text = str(value).strip().lower().replace(" ", "")
+    if text in ("", "none", "0"):
+        return None
+    match = _SETTING.fullmatch(text)
+    if not match or match.group(2) not in _UNITS:
+        raise ValueError(f"not a size: {value!r} (try 2GiB, 500MB, 1e9)")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def format_bytes(n: float | None, *, compact: bool = False) -> str:

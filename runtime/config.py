@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import kwdiag.settings as settings
+import kwdiag.units as units
 
 DEFAULTS: dict[str, Any] = {
     "allowed_failures": 3,          # deaths a task may cause before it is blamed (KilledWorker)
@@ -39,27 +41,17 @@ DEFAULTS: dict[str, Any] = {
     "client_grace": 60.0,           # how long a disconnected client's tasks are kept for it to come back
 }
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-               "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def parse_bytes(value: str | int | float | None) -> int | None:
-    """``"2GiB"`` -> 2147483648; ``None``/``0``/``"none"`` -> None (no limit)."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return int(value) or None
-    text = str(value).strip().lower().replace(" ", "")
-    if text in ("", "none", "0", "auto"):
-        if text == "auto":
-            import psutil
-            return psutil.virtual_memory().total
-        return None
-    match = re.fullmatch(r"([0-9]*\.?[0-9]+)([a-z]*)", text)
-    if not match or match.group(2) not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {value!r} (try 2GiB, 500MB, 1e9)")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+    """``"2GiB"`` -> 2147483648 (``kwdiag.units``, the one size parser); ``"auto"`` -> this machine's memory;
+    ``None``/``0``/``"none"`` -> None (no limit)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        import psutil
+
+        return psutil.virtual_memory().total
+    return units.parse_bytes(value)
 
 
 def parse_timedelta(value: str | int | float | None) -> float | None:
@@ -75,42 +67,14 @@ def parse_timedelta(value: str | int | float | None) -> float | None:
     return float(match.group(1)) * _TIME_UNITS[match.group(2)]
 
 
-def format_bytes(n: int | float | None) -> str:
-    if n is None:
-        return "none"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
+format_bytes = units.format_bytes   # the one size dialect (``412 MiB``), in log lines and reports alike
 
 
 def find_config_file(start: str | os.PathLike | None = None) -> tuple[Path, dict] | None:
-    """The nearest ``kwdiag.toml`` or ``pyproject.toml`` with ``[tool.kwdiag]``, and its table; ``ValueError``
-    naming the file when one on the way does not parse."""
-    here = Path(start or os.getcwd()).resolve()
-    for folder in (here, *here.parents):
-        own = folder / "kwdiag.toml"
-        if own.is_file():
-            data = _read_toml(own)
-            return own, data.get("tool", {}).get("kwdiag", data)
-        project = folder / "pyproject.toml"
-        if project.is_file():
-            table = _read_toml(project).get("tool", {}).get("kwdiag")
-            if table is not None:
-                return project, table
-    return None
-
-
-def _read_toml(path: Path) -> dict:
-    """A configuration file that does not parse is an error naming it (as `kwdiag check` says too), never a
-    silent default: settings the user wrote would be ignored without a word."""
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"cannot read config {path}: {exc}") from None
-    except OSError as exc:
-        raise ValueError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    """The nearest settings file (``kwdiag.settings``' search rule) and its runtime keys; ``ValueError`` (a
+    ``SettingsError``) naming the file when it does not parse."""
+    found = settings.find(start)
+    return (found.path, found.runtime()) if found is not None else None
 
 
 def _coerce(key: str, raw: Any) -> Any:
@@ -141,7 +105,8 @@ def load(overrides: dict[str, Any] | None = None, *, environ: dict[str, str] | N
     if use_file:
         found = find_config_file()
         if found:
-            table = found[1]
+            path, table = found
+            settings.unknown(table, set(DEFAULTS) | settings.RUN_KEYS, f"[tool.kwdiag] of {path}")
             for key, value in table.items():
                 key = key.replace("-", "_")
                 if key in DEFAULTS:

@@ -173,9 +173,11 @@ def test_broken_baseline_and_config_files(tmp_path):
     b.write_text(json.dumps({"schema": "kwdiag.check.baseline/1", "fingerprint_version": "0", "findings": {}}))
     r = cli("sample_logs/kwdiag-clean", "--baseline", str(b))
     assert r.returncode == 2 and "fingerprint version" in r.stderr
+    # A key nobody knows: one warning naming it and the closest known one (kwdiag.settings), never a refusal.
     (tmp_path / "pyproject.toml").write_text("[tool.kwdiag.check]\nfail_onn = 'error'\n")
     r = cli(str(SAMPLES / "kwdiag-clean"), cwd=tmp_path)
-    assert r.returncode == 2 and "unknown key 'fail_onn'" in r.stderr
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("kwdiag: warning: unknown setting 'fail_onn'") == 1 and "did you mean 'fail-on'?" in r.stderr
     (tmp_path / "pyproject.toml").write_text("[tool.kwdiag.check\n")
     r = cli(str(SAMPLES / "kwdiag-clean"), cwd=tmp_path)
     assert r.returncode == 2 and "cannot read config" in r.stderr and "Traceback" not in r.stderr

@@ -22,13 +22,13 @@ Does not cover: baselines (``kwdiag.check.baseline``) or rendering.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from kwdiag.engine import CAUSES, SEVERITIES
 from kwdiag.errors import USAGE, KwdiagError
+import kwdiag.settings as settings
 
 DEFAULT_FAIL_ON = ("warning",)
 DEFAULT_ALLOW = ("chose_to_exit",)
@@ -128,37 +128,22 @@ class Policy:
 
 
 def find_config(start: str | os.PathLike | None = None) -> tuple[Path, dict] | None:
-    """The nearest ``kwdiag.toml`` or ``pyproject.toml`` with a ``[tool.kwdiag.check]`` table, and the table.
-
-    ``kwdiag.toml`` may hold ``[tool.kwdiag.check]`` or just ``[check]``. A file that does not parse is
-    a usage error (naming it), not a silent default.
-    """
-    here = Path(start or os.getcwd()).resolve()
-    for folder in (here, *here.parents):
-        for name in ("kwdiag.toml", "pyproject.toml"):
-            path = folder / name
-            if not path.is_file():
-                continue
-            data = load_toml(path)
-            table = data.get("tool", {}).get("kwdiag")
-            if table is None and name == "kwdiag.toml":
-                table = data
-            if isinstance(table, dict) and "check" in table:
-                check = table["check"]
-                if not isinstance(check, dict):
-                    raise KwdiagError(f"{path}: [tool.kwdiag.check] must be a table", USAGE)
-                return path, check
-    return None
-
-
-def load_toml(path: Path) -> dict:
+    """The nearest settings file's ``[tool.kwdiag.check]`` table (``kwdiag.settings``' search rule), or None.
+    A file that does not parse is a usage error naming it, not a silent default."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise KwdiagError(f"cannot read config {path}: {exc}", USAGE) from None
-    except OSError as exc:
-        raise KwdiagError(f"cannot read config {path}: {exc.strerror or exc}", USAGE) from None
+        found = settings.find(start)
+        return (found.path, found.section("check")) if found is not None else None
+    except settings.SettingsError as exc:
+        raise KwdiagError(str(exc), USAGE) from None
+
+
+def read_config(path: str | os.PathLike) -> tuple[Path, dict]:
+    """``--config FILE``: that file's ``[tool.kwdiag.check]`` table."""
+    try:
+        found = settings.read(path)
+        return found.path, found.section("check")
+    except settings.SettingsError as exc:
+        raise KwdiagError(str(exc), USAGE) from None
 
 
 def config_values(path: Path, table: dict) -> dict[str, Any]:
@@ -167,8 +152,8 @@ def config_values(path: Path, table: dict) -> dict[str, Any]:
     for key, value in table.items():
         norm = key.replace("_", "-")
         if norm not in CONFIG_KEYS:
-            raise KwdiagError(f"{path}: unknown key {key!r} in [tool.kwdiag.check] (use {', '.join(CONFIG_KEYS)})",
-                              USAGE)
+            settings.unknown({key: value}, CONFIG_KEYS, f"[tool.kwdiag.check] of {path}")
+            continue
         if norm == "baseline":
             if not isinstance(value, str) or not value:
                 raise KwdiagError(f"{path}: baseline must be a file path", USAGE)

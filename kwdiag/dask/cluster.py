@@ -28,10 +28,12 @@ import signal
 import sys
 from typing import Any
 
+from kwdiag.errors import RUNTIME
+
 PRELOAD = "kwdiag.dask"
 # The scheduler plugin has Dask install the nanny and worker plugins on every nanny and worker.
 PRELOAD_KEYS = ("distributed.scheduler.preload",)
-EXIT_START_FAILED = 3  # as kwdiag's "the cluster could not start"
+EXIT_START_FAILED = RUNTIME  # kwdiag's "the cluster could not start"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kwdiag.errors import USAGE, KwdiagError
+import kwdiag.settings as settings
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -65,22 +66,19 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         raise KwdiagError(f"bad value for {name.replace('_', '-')} in {where}: {value!r}", USAGE) from None
 
 
-_FILE_KEYS = {"workers", "threads", "memory_limit", "nanny", "allowed_failures", "worker_ttl", "log_dir", "runs_dir",
-              "timeout", "fail_on", "dask"}
+_FILE_KEYS = set(settings.RUN_KEYS)
 
 
 def resolve(flags: dict[str, Any], environ: dict[str, str] | None = None) -> RunOptions:
     """Layer the sources; ``flags`` holds only options given on the command line (None = not given)."""
-    from kwdiag.runtime.config import find_config_file
-
     options = RunOptions()
     env = os.environ if environ is None else environ
     try:
-        found = find_config_file()
-    except ValueError as exc:  # a kwdiag.toml or pyproject.toml on the way that does not parse
+        found = settings.find()
+    except settings.SettingsError as exc:  # a kwdiag.toml or pyproject.toml on the way that does not parse
         raise KwdiagError(str(exc), USAGE) from None
     if found:
-        path, table = found
+        path, table = found.path, found.runtime()
         for key, value in table.items():
             name = key.replace("-", "_")
             if name in _FILE_KEYS:

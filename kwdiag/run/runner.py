@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from kwdiag.errors import FINDINGS, INTERRUPTED, RUNTIME, USAGE, KwdiagError
+from kwdiag.errors import FINDINGS, INTERRUPTED, RUNTIME, TIMEOUT, USAGE, KwdiagError, signalled
 from kwdiag.run import rundir
 from kwdiag.run.options import RunOptions
 from kwdiag.run.tail import EventTail
@@ -32,7 +32,6 @@ from kwdiag.runtime.spawn import script_command
 POLL = 0.25            # seconds between looks at the cluster
 ANNOUNCE_WAIT = 2.0    # how long a death waits for its nanny's record before it is announced anyway
 JOB_GRACE = 10.0       # after SIGINT/SIGTERM, before the job is killed
-TIMEOUT_EXIT = 124     # as timeout(1)
 DEATH_KINDS = {"worker-exit", "worker-removed", "worker-fatal"}
 
 
@@ -207,11 +206,11 @@ def _exit_code(watch: _Watch, job_code: int | None, failing: list) -> int:
     if watch.interrupted:
         code = INTERRUPTED
     elif watch.timed_out:
-        code = TIMEOUT_EXIT
+        code = TIMEOUT
     elif job_code is None:
         code = RUNTIME
     elif job_code < 0:
-        code = 128 - job_code
+        code = signalled(-job_code)
     else:
         code = job_code
     return FINDINGS if failing and code == 0 else code
