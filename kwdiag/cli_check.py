@@ -41,73 +41,84 @@ def register(app: typer.Typer) -> None:
                                              "instead of the nearest kwdiag.toml / pyproject.toml."),
         no_config: bool = typer.Option(False, "--no-config", help="Ignore configuration files."),
     ) -> None:
-        """Fail a CI job when workers died unexpectedly: exit 0 pass, 1 findings, 2 usage or unreadable input.
-        Over 60 lines on purpose: one parameter per option (Typer reads them from the signature); the body merges them with the project configuration and calls kwdiag.check.
-        """
-        from kwdiag.errors import USAGE, KwdiagError
+        """Fail a CI job when workers died unexpectedly: exit 0 pass, 1 findings, 2 usage or unreadable input."""
+        _check(paths=paths, fail_on=fail_on, allow=allow, baseline=baseline, write_baseline=write_baseline, fmt=fmt, output=output, junit=junit, sarif=sarif, rules_dirs=rules_dirs, config=config, no_config=no_config)
 
-        if fmt not in FORMATS:
-            raise KwdiagError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})", USAGE)
-        if config and no_config:
-            raise KwdiagError("--config and --no-config cannot be used together", USAGE)
-        from pathlib import Path
 
-        from kwdiag.check import policy as pol
+def _check(paths, fail_on, allow, baseline, write_baseline, fmt, output, junit, sarif, rules_dirs, config, no_config) -> None:
+    """``kwdiag check``'s work once its options are read: settings, baseline, analysis, outputs, exit."""
+    from kwdiag.errors import USAGE, KwdiagError
 
-        settings: dict = {}
-        if config:
-            settings = pol.config_values(*pol.read_config(config))
-        elif not no_config:
-            found = pol.find_config()
-            if found:
-                settings = pol.config_values(*found)
-        policy = pol.Policy.parse(fail_on if fail_on else settings.get("fail-on"),
-                                  allow if allow else settings.get("allow"))
-        baseline_path = baseline or settings.get("baseline")
-        if write_baseline and baseline and Path(write_baseline).resolve() == Path(baseline).resolve():
-            baseline_path = None  # rewriting the baseline in place: start from what fails now
-        known = None
-        if baseline_path and not (write_baseline and not baseline and not Path(baseline_path).exists()):
-            from kwdiag.check.baseline import load
+    if fmt not in FORMATS:
+        raise KwdiagError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})", USAGE)
+    if config and no_config:
+        raise KwdiagError("--config and --no-config cannot be used together", USAGE)
+    policy, known, baseline_path = _policy_and_baseline(fail_on, allow, baseline, write_baseline, config,
+                                                         no_config)
 
-            known = load(baseline_path)
-        else:
-            baseline_path = None
+    from kwdiag.engine import load_rules
+    from kwdiag.pipeline import analyze
+    from kwdiag.check import evaluate
 
-        from kwdiag.engine import load_rules
-        from kwdiag.pipeline import analyze
-        from kwdiag.check import evaluate
+    rules = load_rules(rules_dirs or ())
+    report = analyze(paths, rules=rules)
+    outcome = evaluate(report, policy, known, baseline_path)
+    from kwdiag.cli_io import open_output, print_problems
 
-        rules = load_rules(rules_dirs or ())
-        report = analyze(paths, rules=rules)
-        outcome = evaluate(report, policy, known, baseline_path)
-        from kwdiag.cli_io import open_output, print_problems
+    out = open_output(output)
+    try:
+        out.write(_render(fmt, outcome, rules))
+    finally:
+        if output:
+            out.close()
+    for path, kind in ((junit, "junit"), (sarif, "sarif")):
+        if path:
+            fh = open_output(path, f"--{kind}")
+            with fh:
+                fh.write(_render(kind, outcome, rules))
+    if fmt == "github":
+        from kwdiag.check.github import append_step_summary
 
-        out = open_output(output)
-        try:
-            out.write(_render(fmt, outcome, rules))
-        finally:
-            if output:
-                out.close()
-        for path, kind in ((junit, "junit"), (sarif, "sarif")):
-            if path:
-                fh = open_output(path, f"--{kind}")
-                with fh:
-                    fh.write(_render(kind, outcome, rules))
-        if fmt == "github":
-            from kwdiag.check.github import append_step_summary
+        append_step_summary(outcome)
+    has_errors = print_problems(report)
+    if write_baseline:
+        from kwdiag.check.baseline import write
 
-            append_step_summary(outcome)
-        has_errors = print_problems(report)
-        if write_baseline:
-            from kwdiag.check.baseline import write
+        n = write(write_baseline, [f for f in outcome.findings if f.would_fail])
+        import sys
 
-            n = write(write_baseline, [f for f in outcome.findings if f.would_fail])
-            import sys
+        print(f"kwdiag: wrote {n} death signature(s) to {write_baseline}", file=sys.stderr)
+        raise typer.Exit(USAGE if has_errors else 0)
+    raise typer.Exit(outcome.exit_code)
 
-            print(f"kwdiag: wrote {n} death signature(s) to {write_baseline}", file=sys.stderr)
-            raise typer.Exit(USAGE if has_errors else 0)
-        raise typer.Exit(outcome.exit_code)
+
+def _policy_and_baseline(fail_on, allow, baseline, write_baseline, config, no_config):
+    """The policy (flags over the settings file's ``[tool.kwdiag.check]``) and the baseline to compare with."""
+    from pathlib import Path
+
+    from kwdiag.check import policy as pol
+
+    settings: dict = {}
+    if config:
+        settings = pol.config_values(*pol.read_config(config))
+    elif not no_config:
+        found = pol.find_config()
+        if found:
+            settings = pol.config_values(*found)
+    policy = pol.Policy.parse(fail_on if fail_on else settings.get("fail-on"),
+                              allow if allow else settings.get("allow"))
+    baseline_path = baseline or settings.get("baseline")
+    if write_baseline and baseline and Path(write_baseline).resolve() == Path(baseline).resolve():
+        baseline_path = None  # rewriting the baseline in place: start from what fails now
+    known = None
+    if baseline_path and not (write_baseline and not baseline and not Path(baseline_path).exists()):
+        from kwdiag.check.baseline import load
+
+        known = load(baseline_path)
+    else:
+        baseline_path = None
+
+    return policy, known, baseline_path
 
 
 def _render(fmt: str, outcome, rules) -> str:
