@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import regex
 
+from kwdiag.reasons import NAMED
+
 # The death-class vocabulary every verdict uses (docs/death-classes.md is the spec).
 CAUSES = (
     "chose_to_exit",
@@ -185,7 +187,8 @@ def parse_rule(data: Mapping[str, Any], path: str, *, compile_now: bool = True) 
             compiled.append(regex.compile(p))
         except regex.error as exc:
             raise RuleError(f"{path}: pattern {p!r} does not compile: {exc}") from None
-    for cond in _conditions(match.get("fields") or {}):
+    fields = _named_groups(match.get("fields") or {}, path)
+    for cond in _conditions(fields):
         try:
             _FIELD_PATTERNS.setdefault(cond, regex.compile(cond[3:]))
         except regex.error as exc:
@@ -211,7 +214,7 @@ def parse_rule(data: Mapping[str, Any], path: str, *, compile_now: bool = True) 
         patterns=patterns,
         compiled=tuple(compiled) if compile_now else None,
         event_kind=tuple(match["kind"]) if isinstance(match.get("kind"), list) else match.get("kind"),
-        event_fields=dict(match.get("fields") or {}),
+        event_fields=fields,
         emit_kind=event.get("kind"),
         emit_source=str(event.get("source", "dask")),
         emit_fields=dict(event.get("fields") or {}),
@@ -222,6 +225,28 @@ def parse_rule(data: Mapping[str, Any], path: str, *, compile_now: bool = True) 
         examples_match=tuple(str(e) for e in _as_tuple(examples.get("match"))),
         examples_no_match=tuple(str(e) for e in _as_tuple(examples.get("no_match"))),
     )
+
+
+def _named_groups(fields: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """Field conditions with each ``"@name"`` replaced by the reasons of that group (``kwdiag.reasons``): a rule
+    names the one list the fact layer reads too, instead of copying it."""
+    out: dict[str, Any] = {}
+    for name, want in fields.items():
+        wants = want if isinstance(want, list) else [want]
+        if not any(isinstance(w, str) and w.startswith("@") for w in wants):
+            out[name] = want
+            continue
+        resolved: list[Any] = []
+        for w in wants:
+            if isinstance(w, str) and w.startswith("@"):
+                if w[1:] not in NAMED:
+                    raise RuleError(f"{path}: field condition {w!r} names no group of reasons "
+                                    f"(known: {', '.join('@' + n for n in sorted(NAMED))})")
+                resolved += sorted(NAMED[w[1:]])
+            else:
+                resolved.append(w)
+        out[name] = resolved
+    return out
 
 
 def _conditions(fields: Mapping[str, Any]) -> list[str]:

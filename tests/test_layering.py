@@ -44,7 +44,8 @@ def test_runtime_imports_only_the_event_and_settings_modules_from_kwdiag():
 # A module may import only modules of its own layer or below (docs/architecture.md draws this), in
 # function bodies too. The runtime is a separate stack that uses only kwdiag.events from kwdiag.
 LAYERS = [
-    ("kwdiag", "kwdiag.events", "kwdiag.errors", "kwdiag.escape", "kwdiag.units", "kwdiag.settings"),
+    ("kwdiag", "kwdiag.events", "kwdiag.errors", "kwdiag.escape", "kwdiag.units", "kwdiag.settings",
+     "kwdiag.kinds", "kwdiag.reasons"),
     ("kwdiag.engine", "kwdiag.rulebundle"),
     ("kwdiag.readers",),
     ("kwdiag.timeline",),

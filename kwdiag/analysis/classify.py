@@ -30,19 +30,13 @@ from kwdiag.analysis.remedies import hints_for, observations
 from kwdiag.analysis.vote import Decision, Vote, decide
 from kwdiag.engine import Rule, RuleSet
 from kwdiag.events import Event
+from kwdiag.kinds import CONTEXT, LIFECYCLE, QUIET, START_LIKE
 from kwdiag.timeline import Incarnation, Timeline, known_ts
 
 CRASH_WINDOW = 60.0  # crash evidence (tracebacks, dumps) counts if this close before/after the end
 ENV_WINDOW = 120.0  # environment evidence without a pid counts if this close in time
 CONTEXT_WINDOW = 30.0  # lines of a shared file that name no process count if this close before the end
-LIFECYCLE_KINDS = {"worker-exit", "worker-removed", "worker-closing", "worker-end", "worker-closed",
-                   "worker-fatal", "heartbeat-missed", "nanny-memory-terminate", "nanny-closing",
-                   "signal-received", "versions-mismatch", "worker-restarting", "nanny-unregister",
-                   "worker-startup-failed", "nanny-kill-after-close", "fatal-signal"}
-START_LIKE = {"worker-start", "worker-registered", "worker-spawn", "worker-connected"}
 MAX_EVIDENCE = 12
-QUIET_KINDS = {"worker-registered", "worker-name", "worker-info", "worker-start", "worker-spawn", "worker-waiting",
-               "worker-connected"}  # context, not evidence
 EXCEPTION_CAUSE = "unrecoverable_exception"
 
 
@@ -61,7 +55,7 @@ def gather(inc: Incarnation, tl: Timeline) -> list[Event]:
     out = []
     for e in inc.events:
         ts = known_ts(e)
-        if e.kind in LIFECYCLE_KINDS or e.kind in START_LIKE or ts is None or end is None \
+        if e.kind in LIFECYCLE or e.kind in START_LIKE or ts is None or end is None \
                 or end - CRASH_WINDOW <= ts <= end + CRASH_WINDOW:
             out.append(e)
     pids = inc.pids
@@ -69,10 +63,6 @@ def gather(inc: Incarnation, tl: Timeline) -> list[Event]:
     if inc.stream is not None:
         out.extend(_stream_context(inc, tl))
     return out
-
-
-# A file's lines that name no process but tell of an end: a signal to the process several workers share, ...
-CONTEXT_KINDS = frozenset({"signal-received", "worker-end", "worker-closed", "nanny-closing"})
 
 
 def _stream_context(inc: Incarnation, tl: Timeline) -> list[Event]:
@@ -85,7 +75,7 @@ def _stream_context(inc: Incarnation, tl: Timeline) -> list[Event]:
     end = inc.ended_at
     lo, hi = (end - CONTEXT_WINDOW, end + CONTEXT_WINDOW) if end is not None else (None, None)
     out = []
-    for e in tl.context_between(inc.stream, lo, hi, CONTEXT_KINDS):
+    for e in tl.context_between(inc.stream, lo, hi, CONTEXT):
         if e.origin is not None and e.origin.line <= last_line + 20:
             out.append(e)
     return out
@@ -182,7 +172,7 @@ def evidence_lines(decision: Decision, seen: list[tuple[Event, Rule | None]]) ->
     ranked: list[tuple[int, float, Evidence]] = []
     used = set()
     for e, r in seen:
-        if id(e) not in deciding and (e.kind in QUIET_KINDS or (r is None and e.kind not in LIFECYCLE_KINDS)):
+        if id(e) not in deciding and (e.kind in QUIET or (r is None and e.kind not in LIFECYCLE)):
             continue
         if e.kind.startswith("fact-") and id(e) not in deciding:
             continue

@@ -30,17 +30,21 @@ import re
 from typing import Iterable
 
 from kwdiag.events import Event
+from kwdiag.kinds import EXCEPTION
+from kwdiag.reasons import CLUSTER_CLOSE, NANNY_WENT, OWN_REMOVALS, chosen
 from kwdiag.timeline import Incarnation, Timeline, known_ts
 
-CLOSE_BEFORE = 5.0  # an orderly end this long before the scheduler's close line is part of the close
-CLOSE_AFTER = 120.0
-REQUEST_BEFORE = 120.0  # a retire/close request counts for an end this long after it
-# Reasons a worker (or its nanny) gives for closing that mean the whole cluster is going away.
-CLUSTER_REASONS = {"scheduler-close", "cluster-close", "nanny-close", "parent-died", "shutdown"}
-SIGNALLED_REASONS = {"signal-15", "signal-2", "signal"}
-ORDERLY_SLOTS = {"closing", "nanny-closing", "closed", "end"}
-VIOLENT_SLOTS = {"memory", "crash", "fatal", "startup", "heartbeat"}
-EXCEPTION_KINDS = {"exception", "worker-fatal", "worker-startup-failed"}
+# ---------------------------------------------------------------- the conditions
+# Each fact rule (rules/facts/) states in its `why` the conditions below that it rests on, with these numbers;
+# tests/test_facts.py checks that the words and the numbers agree and tries every edge.
+CLOSE_BEFORE = 5.0  # an orderly end this long before the scheduler's close line is part of the close ...
+CLOSE_AFTER = 120.0  # ... and this long after it
+REQUEST_BEFORE = 120.0  # a retire/close/restart request counts for an end this long after it
+# Reasons a worker (or its nanny) gives for closing that mean the whole cluster is going away, given an
+# orderly end (kwdiag.reasons says why the nanny's are only so then).
+CLUSTER_REASONS = CLUSTER_CLOSE | NANNY_WENT
+ORDERLY_SLOTS = {"closing", "nanny-closing", "closed", "end"}  # its own log tells of an end it went through
+VIOLENT_SLOTS = {"memory", "crash", "fatal", "startup", "heartbeat"}  # an end that was not orderly
 
 
 # The stages of a worker-fatal line that happen before a worker registers.
@@ -144,11 +148,6 @@ def removal_lost(e: Event) -> bool:
     return e.get("how") in (None, "connection-closed")
 
 
-# How a scheduler's removal can say the worker left for a reason of its own (recorded first-hand by the
-# scheduler: kwdiag's, or the kwdiag plugin's on Dask).
-OWN_REMOVALS = {"retired", "lifetime"}
-
-
 def _reasons(inc: Incarnation) -> set[str]:
     """The close reasons the worker's (or its nanny's) own end lines give, and a retirement the scheduler
     recorded."""
@@ -191,17 +190,6 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
     return None
 
 
-# Close reasons that say a close happened but not that anyone chose it (a broken stream, the generic
-# reason of a bare Worker.close(), the nanny following its worker out).
-NOT_A_CHOICE = {"worker-handle-scheduler-connection-broken", "scheduler-lost", "worker-close", "nanny-close-gracefully",
-                "nanny-start-failed", "nanny-instantiate-failed"}
-
-
-def _a_choice(reason: object) -> bool:
-    """A close reason that says the worker chose to go (not that something failed under it)."""
-    return isinstance(reason, str) and reason not in NOT_A_CHOICE and not reason.startswith("failure-to-start")
-
-
 def chose_first(inc: Incarnation) -> bool:
     """The worker had begun a close of its own choosing (a handled signal, a stated reason) before its
     process failed (a fatal traceback, a non-zero exit status): the failure is its close going wrong (a
@@ -213,7 +201,7 @@ def chose_first(inc: Incarnation) -> bool:
     for e in inc.events:
         if e.origin is None or e.origin.line >= first_failure:
             continue
-        if e.kind == "signal-received" or (e.kind in ("worker-closing", "nanny-closing") and _a_choice(e.get("reason"))):
+        if e.kind == "signal-received" or (e.kind in ("worker-closing", "nanny-closing") and chosen(e.get("reason"))):
             return True
     return False
 
@@ -276,7 +264,7 @@ def _names(request: Event, inc: Incarnation) -> bool:
 
 
 def _has_exception(events: Iterable[Event]) -> bool:
-    return any(e.kind in EXCEPTION_KINDS for e in events)
+    return any(e.kind in EXCEPTION for e in events)
 
 
 def _own_lines(inc: Incarnation) -> bool:

@@ -16,9 +16,8 @@ from typing import Iterable
 
 from kwdiag.analysis.model import Evidence, Note
 from kwdiag.events import Event
+from kwdiag.kinds import NOTE
 
-NOTE_KINDS = frozenset({"scheduler-recovered", "journal-replayed", "journal-set-aside", "journal-error",
-                        "events-lost"})
 # The figures a note keeps from its event (for --format json); everything else stays in the logs.
 NOTE_FIELDS = ("previous_pid", "previous_address", "died_at", "headless_for", "waited", "workers_back",
                "workers_missing", "replayed", "reused", "recomputed", "rerun", "adopted", "finished_while_headless",
@@ -29,7 +28,7 @@ def cluster_notes(events: Iterable[Event], rules) -> list[Note]:
     """One ``Note`` per note-worthy event a rule reads, in time order."""
     out = []
     for e in events:
-        if e.kind not in NOTE_KINDS:
+        if e.kind not in NOTE:
             continue
         matched = rules.match_event(e.kind, e.fields)
         if not matched:

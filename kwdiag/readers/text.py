@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
 from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
+from kwdiag.kinds import DUPLICATED_BY_EVENTS
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
 from kwdiag.readers.shapes import is_noise, unwrap
@@ -270,16 +271,6 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None)
             inp.name, f"{state.bad_json} line(s) look like kwdiag events but could not be decoded "
             f"(first at line {ln}: {why})", "warning"))
     return res
-
-
-# What a kwdiag text log says that its JSONL events already carry: every lifecycle and end line (the
-# nanny's exit record keeps the worker's stderr tail, faulthandler dumps and tracebacks included).
-DUPLICATED_BY_EVENTS = {"worker-start", "worker-name", "worker-registered", "worker-removed", "worker-exit",
-                        "worker-closing", "worker-end", "worker-closed", "nanny-memory-terminate", "heartbeat-missed",
-                        "killed-worker", "task-erred", "versions-mismatch", "scheduler-close", "signal-received",
-                        "worker-restarting", "worker-info", "memory-pressure", "nanny-kill-after-close",
-                        "worker-connected", "nanny-unregister", "nanny-closing", "nanny-memory-escalate",
-                        "fatal-signal", "worker-fatal", "worker-startup-failed", "exception"}
 
 
 def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list[FileResult], list[InputProblem]]:

@@ -7,6 +7,7 @@ import os
 import time
 
 from kwdiag.analysis.model import Death, Evidence, Hint
+from kwdiag.escape import safe
 
 EVIDENCE_PER_GROUP = 3
 
@@ -17,6 +18,14 @@ def when(ts: float | None, *, utc: bool = False) -> str:
         return "-"
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", (time.gmtime if utc else time.localtime)(ts))
     return stamp + f".{int((ts % 1) * 1000):03d}" + (" UTC" if utc else "")
+
+
+def death_line(d: Death) -> str:
+    """One death in one line, as ``kwdiag run`` announces it: who, which incarnation, the verdict and what it
+    means, and what it was running."""
+    verb = "died" if d.failure else "left"
+    running = f"; running {', '.join(safe(t, 60) for t in d.running[:3])}" if d.running else ""
+    return f"worker {safe(d.worker)} #{d.incarnation} {verb}: {d.cause}/{safe(d.detail)} — {safe(d.summary)}{running}"
 
 
 def conf(c: float) -> str:

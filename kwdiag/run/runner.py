@@ -22,7 +22,10 @@ import time
 from collections import Counter
 from typing import Any
 
+from kwdiag.analysis.growing import GrowingAnalysis
 from kwdiag.errors import FINDINGS, INTERRUPTED, RUNTIME, TIMEOUT, USAGE, KwdiagError, signalled
+from kwdiag.kinds import DEATH
+from kwdiag.report.text import death_line
 from kwdiag.run import rundir
 from kwdiag.run.options import RunOptions
 from kwdiag.run.tail import EventTail
@@ -32,7 +35,6 @@ from kwdiag.runtime.spawn import script_command
 POLL = 0.25            # seconds between looks at the cluster
 ANNOUNCE_WAIT = 2.0    # how long a death waits for its nanny's record before it is announced anyway
 JOB_GRACE = 10.0       # after SIGINT/SIGTERM, before the job is killed
-DEATH_KINDS = {"worker-exit", "worker-removed", "worker-fatal"}
 
 
 def _tee(pipe, sink_path: str, view, stream: str) -> None:
@@ -51,36 +53,39 @@ def _tee(pipe, sink_path: str, view, stream: str) -> None:
 
 
 class DeathAnnouncer:
-    """Turns the events the cluster writes into one line per death, with its cause, as they happen."""
+    """Turns the events the cluster writes into one line per death, with its cause, as they happen: one analysis
+    that grows with the run (``kwdiag.analysis.growing``), each death announced once."""
 
     def __init__(self, rules):
-        self.rules = rules
+        self.analysis = GrowingAnalysis(rules)
         self.announced: set[tuple[str, int]] = set()
         self.first_seen: dict[tuple[str, int], float] = {}
-        self.causes: Counter = Counter()
+        self.recorded_pids: set[int] = set()  # the processes whose nanny's exit record has arrived
 
-    def lines(self, events: list, *, final: bool = False) -> list[str]:
-        from kwdiag.analysis import analyze_events
+    def add(self, events: list) -> None:
+        self.analysis.add(events)
+        self.recorded_pids.update(e.get("pid") for e in events if e.kind == "worker-exit")
 
-        report = analyze_events(events, self.rules)
-        recorded_pids = {e.get("pid") for e in events if e.kind == "worker-exit"}
+    def waiting(self) -> bool:
+        """A death was seen but not announced yet (it waits for its nanny's record)."""
+        return bool(self.first_seen.keys() - self.announced)
+
+    def lines(self, *, final: bool = False) -> list[str]:
         out = []
         now = time.monotonic()
-        for d in report.deaths:
+        for d in self.analysis.deaths():
             key = (d.worker, d.incarnation)
             if key in self.announced:
                 continue
             self.first_seen.setdefault(key, now)
             waited = now - self.first_seen[key]
             # With a nanny, its worker-exit record (signal, memory) settles the cause: wait for it briefly.
-            if not final and d.pid not in recorded_pids and waited < ANNOUNCE_WAIT:
+            if not final and d.pid not in self.recorded_pids and waited < ANNOUNCE_WAIT:
                 continue
             if d.cause == "chose_to_exit" and d.detail == "shutdown":
                 continue  # the end of the run, not news
             self.announced.add(key)
-            verb = "left" if d.cause == "chose_to_exit" else "died"
-            running = f"; running {', '.join(d.running[:3])}" if getattr(d, "running", None) else ""
-            out.append(f"worker {d.worker} #{d.incarnation} {verb}: {d.cause}/{d.detail} — {d.summary}{running}")
+            out.append(death_line(d))
         return out
 
 
@@ -137,8 +142,9 @@ class _Watch:
         # Analysis is re-run only when a death may have happened (or one awaits its nanny's record),
         # not for every event: a busy run writes many events that are not about deaths.
         new = self.tail.poll()
-        if any(e.kind in DEATH_KINDS for e in new) or self.announcer.first_seen.keys() - self.announcer.announced:
-            for line in self.announcer.lines(self.tail.events):
+        self.announcer.add(new)
+        if any(e.kind in DEATH for e in new) or self.announcer.waiting():
+            for line in self.announcer.lines():
                 self.view.death(line)
         self.refresh()
 
@@ -170,9 +176,9 @@ class _Watch:
                     self.view.say(f"monitoring hiccup: {type(exc).__name__}: {exc}")
 
     def final_announcements(self) -> None:
-        self.tail.poll()
         try:
-            for line in self.announcer.lines(self.tail.events, final=True):
+            self.announcer.add(self.tail.poll())
+            for line in self.announcer.lines(final=True):
                 self.view.death(line)
         except Exception:
             pass

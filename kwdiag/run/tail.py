@@ -1,6 +1,6 @@
 """Follow the JSONL events a running cluster writes into the run directory.
 
-Covers: ``EventTail.poll()`` — the events appended since the last poll, across every ``*.jsonl`` file
+Covers: ``EventTail.poll()`` — the events appended since the last poll (not kept here), across every ``*.jsonl`` file
 (new files included), as ``kwdiag.events.Event`` with their origin (file, line); only complete lines
 are read, so a line being written is picked up next time; undecodable lines are skipped. Does not
 cover: interpreting the events.
@@ -17,7 +17,6 @@ class EventTail:
     def __init__(self, folder: str):
         self.folder = folder
         self._offsets: dict[str, tuple[int, int]] = {}  # path -> (byte offset, lines read)
-        self.events: list[Event] = []                   # everything read so far, in file order
 
     def poll(self) -> list[Event]:
         new: list[Event] = []
@@ -47,5 +46,4 @@ class EventTail:
                     continue
             self._offsets[path] = (offset + end + 1, lineno)
         new.sort(key=lambda e: e.ts)
-        self.events.extend(new)
-        return new
+        return new  # kept by the caller (the growing analysis), not here: a long run writes millions

@@ -18,12 +18,11 @@ from collections import defaultdict
 from typing import Iterable
 
 from kwdiag.events import Event
+from kwdiag.kinds import NAMED, SCHEDULER_VIEW, TASK_ERROR
 from kwdiag.timeline.environment import environment_deaths
 from kwdiag.timeline.merge import join_views, scheduler_view
 from kwdiag.timeline.model import (
     ENV_SOURCES,
-    START_KINDS,
-    TASK_ERROR_KINDS,
     IncarnationSpan,
     Incarnation,
     Timeline,
@@ -32,7 +31,7 @@ from kwdiag.timeline.model import (
 )
 from kwdiag.timeline.streams import StreamAttributor
 
-__all__ = ["build_timeline", "Timeline", "Incarnation", "IncarnationSpan", "known_ts", "slot_of", "START_KINDS"]
+__all__ = ["build_timeline", "Timeline", "Incarnation", "IncarnationSpan", "known_ts", "slot_of"]
 
 _OWN_SOURCES = {"worker", "nanny"}
 
@@ -52,7 +51,7 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     about_others: list[Event] = []
     named: list[Event] = []  # the scheduler's lines about a worker it names only by name
     for e in events:
-        if e.kind in TASK_ERROR_KINDS:
+        if e.kind in TASK_ERROR:
             tl.task_errors.append(e)
         elif e.kind == "killed-worker":
             tl.killed.append(e)
@@ -60,13 +59,13 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             tl.environment.append(e)
         elif speaks_for_its_file(e):
             streams[e.origin.file if e.origin else "?"].append(e)
-        elif e.kind in _SCHEDULER_VIEW_KINDS and (isinstance(e.get("address"), str) or e.worker):
+        elif e.kind in SCHEDULER_VIEW and (isinstance(e.get("address"), str) or e.worker):
             about_others.append(e)
         elif e.kind == "worker-exit" and isinstance(e.get("pid"), int) and (e.worker or e.get("address")):
             # kwdiag's record of another process's exit: the launcher of nanny-less workers (source
             # ``cluster``) or a nanny's death report forwarded to the scheduler. Joined by pid and address.
             about_others.append(e)
-        elif e.worker and e.kind in _NAMED_KINDS:
+        elif e.worker and e.kind in NAMED:
             named.append(e)
         else:
             _cluster_fact(tl, e)
@@ -89,14 +88,6 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
         procs.extend(environment_deaths(tl.environment))
     _name_and_number(tl, procs)
     return tl
-
-
-# The scheduler's lines that follow one worker process from its registration to its removal.
-_SCHEDULER_VIEW_KINDS = {"worker-registered", "worker-removed", "heartbeat-missed"}
-
-
-# Lines about a worker that only its name identifies (the scheduler's version check of a worker).
-_NAMED_KINDS = {"versions-mismatch"}
 
 
 def _attach_by_name(tl: Timeline, procs: list[Incarnation], e: Event) -> None:

@@ -18,10 +18,12 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
+from kwdiag.kinds import END, REGISTERED, START, keyed
 from kwdiag.events import Event, iso_time
 
-# The kinds of evidence that a process ended (or is being ended), and the slot each fills.
-SLOT_OF_KIND = {
+# The kinds of evidence that a process ended (or is being ended), and the slot each fills. The kinds are
+# ``kwdiag.kinds.END`` (checked at import); the slots are the timeline's own vocabulary, so the table is here.
+SLOT_OF_KIND = keyed(END, {
     "worker-exit": "exit",                  # the nanny: exit status or signal (kwdiag: the whole record)
     "nanny-memory-terminate": "memory",     # the nanny terminates it for memory
     "nanny-memory-escalate": "memory-kill", # ... and, as it did not stop on SIGTERM, kills it
@@ -41,20 +43,17 @@ SLOT_OF_KIND = {
     "nanny-start-timeout": "start-timeout", # the nanny killed a worker process that did not start in time
     # the environment's word on a process (kernel OOM killer, Kubernetes, SLURM, YARN)
     "kernel-oom-kill": "env", "k8s-status": "env", "slurm-oom": "env", "slurm-time-limit": "env", "yarn-kill": "env",
-}
+})
 # Slots one end may fill more than once (several closing lines, a traceback's several frames).
 REPEATABLE = {"closing", "nanny-closing", "fatal", "startup", "crash", "env"}
 # Slots that can open a process of their own when no known process can take them: the evidence
 # that a process died even when nothing says which one (LocalCluster's WARNING-level stream).
 SELF_STANDING = {"exit", "memory", "restart", "unregister", "fatal", "startup", "crash", "heartbeat", "removed",
                  "reaped", "start-timeout"}
-START_KINDS = {"worker-start", "worker-spawn", "worker-registered"}
-REGISTERED_KINDS = {"worker-registered", "worker-connected"}
 # Sources outside the cluster's own processes: their events name a pid or nothing, never a worker.
 # Lines joined to a death by time (they name no worker): the environment's (kernel, Kubernetes, SLURM,
 # YARN), and a server's complaint about an unnamed peer ("peer": a message it could not take).
 ENV_SOURCES = {"kernel", "k8s", "slurm", "yarn", "peer"}
-TASK_ERROR_KINDS = {"task-erred"}
 
 
 def _iso(ts: float | None) -> str | None:
@@ -112,9 +111,9 @@ class Incarnation:
         if slot is not None:
             self.slots.setdefault(slot, []).append(e)
         ts = known_ts(e)
-        if e.kind in START_KINDS and ts is not None and (self.started is None or ts < self.started):
+        if e.kind in START and ts is not None and (self.started is None or ts < self.started):
             self.started = ts
-        if e.kind in REGISTERED_KINDS or e.get("key") is not None or e.get("running_tasks"):
+        if e.kind in REGISTERED or e.get("key") is not None or e.get("running_tasks"):
             self.registered = True  # it reached the scheduler (or ran a task, so it must have)
 
     def can_take(self, e: Event) -> bool:

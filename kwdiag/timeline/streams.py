@@ -22,6 +22,7 @@ joins those and the files' processes into one set of incarnations).
 from __future__ import annotations
 
 from kwdiag.events import Event
+from kwdiag.kinds import NOT_ABOUT_THE_WORKER
 from kwdiag.timeline.model import SELF_STANDING, Incarnation, known_ts, slot_of
 
 # An orphan (a line that names no process, in a file shared by several) explains a death in the same
@@ -42,8 +43,6 @@ ASKED_BEFORE_START = {"nanny-closing", "closing"}
 # Unnamed lines of a shared file that come before the exit they lead to: the nanny's close, its kill of
 # a worker slow to close, the worker's own close.
 AWAITS_AN_EXIT = {"nanny-closing", "escalate", "closing"}
-# Lines a nanny (or any server) writes about itself, not about its worker process.
-NOT_ABOUT_THE_WORKER = {"nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start"}
 FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory",
                    "fatal", "startup", "crash"}  # the last three: more lines of one failure (a traceback's frames)
 
