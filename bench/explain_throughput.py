@@ -1,14 +1,22 @@
-"""Benchmark: `kwdiag explain` on a large Dask-format log, against `grep -cE` over the same signatures.
+"""Benchmark: `kwdiag explain` on large Dask-format logs, against `grep -cE` and a plain Python loop.
 
-Builds a log of ordinary noise (real lines from sample_logs/dask-*/ that no rule matches, replayed
-with increasing timestamps) with real worker-death sequences from the samples buried in it (each
-copy gets its own worker name and port), then times:
+Two shapes, each of the given size:
+
+* **quiet**: one log of ordinary noise (real lines from sample_logs/dask-*/ that no rule matches, replayed
+  with increasing timestamps) with real worker-death sequences from the samples buried in it (each copy gets
+  its own worker name and port);
+* **lifecycle**: the logs of a long-running cluster (``bench/lifecycle_log.py``): a scheduler that serves
+  client after client and starts and retires adaptive workers, three workers printing their connections,
+  one of them SIGKILLed six times; every line a real one of the corpus. Most of its lines are ones the
+  analyzer must read (rules match them), which the quiet shape never asks of it.
+
+Then, per shape, times:
 
   * ``grep -cE`` with every rule keyword (the reference: how fast the bytes can be scanned), and
   * ``kwdiag explain --format json`` (wall time, peak RSS of the child), and checks every buried
     death is found.
 
-Usage: python bench/explain_throughput.py [--size-mb 1024] [--keep PATH]
+Usage: python bench/explain_throughput.py [--size-mb 1024] [--shapes quiet,lifecycle] [--keep PATH]
 Prints the figures; does not assert timings (run it by hand, not in the test suite).
 """
 
@@ -111,69 +119,116 @@ def measured(cmd: list[str], env: dict) -> tuple[float, float, str]:
     return float(dt), float(peak), p.stdout
 
 
-def plain_python_loop(path: Path, size: int, rules) -> None:
-    """The floor the issue compares against: a plain Python loop over the lines with one regex."""
+def plain_python_loop(paths: list[Path], size: int, rules) -> None:
+    """The floor the issue compares against: a plain Python loop over the lines with one regex (the prefilter)."""
     t = time.perf_counter()
     search, hits = rules.prefilter.search, 0
-    with open(path, "rb") as f:
-        for line in f:
-            if search(line):
-                hits += 1
+    for path in paths:
+        with open(path, "rb") as f:
+            for line in f:
+                if search(line):
+                    hits += 1
     dt = time.perf_counter() - t
-    print(f"plain Python line loop, one regex: {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {hits} lines")
+    print(f"  plain Python line loop, one regex: {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {hits} lines")
+
+
+def _grep_anchor(paths: list[Path], size: int, rules) -> None:
+    keywords = sorted(rules.by_keyword)
+    if shutil.which("grep"):
+        pattern = "|".join(re.escape(k).replace("\\ ", " ") for k in keywords)
+        t = time.perf_counter()
+        g = subprocess.run(["grep", "-cE", pattern, *map(str, paths)], capture_output=True, text=True)
+        dt = time.perf_counter() - t
+        hits = sum(int(x.rsplit(":", 1)[-1]) for x in g.stdout.split())
+        print(f"  grep -cE ({len(keywords)} signatures): {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {hits} lines")
+
+
+def _explain(target: Path, size: int, check) -> None:
+    cmd = [sys.executable, "-P", "-m", "kwdiag", "explain", "--format", "json", str(target)]
+    runs = [("auto (GNU grep finds the literals in a file over 16 MB)", {}),
+            ("one Python process, no grep (KWDIAG_NO_GREP=1 KWDIAG_JOBS=1)", {"KWDIAG_NO_GREP": "1", "KWDIAG_JOBS": "1"})]
+    for label, extra in runs:
+        dt, peak, out = measured(cmd, dict(os.environ, **extra))
+        doc = json.loads(out)
+        verdict = check(doc["deaths"])
+        print(f"  kwdiag explain, {label}: {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, peak RSS {peak:.0f} MB, "
+              f"{len(doc['deaths'])} deaths reported, {verdict}")
+
+
+def quiet(size_mb: int, tmp: Path, keep: str | None, rules) -> None:
+    path = Path(keep) if keep else tmp / "big.log"
+    t = time.perf_counter()
+    expected = build(path, size_mb << 20, rules)
+    size = path.stat().st_size
+    print(f"quiet: built {size / 1e6:.0f} MB with {len(expected)} buried deaths in {time.perf_counter() - t:.1f}s")
+    _grep_anchor([path], size, rules)
+    plain_python_loop([path], size, rules)
+
+    def check(deaths) -> str:
+        # By cause and detail: the noise is real lines of several workers replayed into one file, so a
+        # death whose exit line names only a pid may not be tied to its worker's name (it is reported as
+        # "process N"); what is measured here is that each buried death is found with its cause.
+        got = [(d["cause"], d["detail"]) for d in deaths]
+        missing = []
+        for name, *exp in expected:
+            if tuple(exp) in got:
+                got.remove(tuple(exp))
+            else:
+                missing.append((name, *exp))
+        if missing:
+            raise SystemExit(f"MISSING: {missing}")
+        return f"buried found {len(expected)}/{len(expected)}"
+
+    _explain(path, size, check)
+
+
+def lifecycle(size_mb: int, tmp: Path, keep: str | None, rules) -> None:
+    from collections import Counter
+
+    from lifecycle_log import SKELETON
+    from lifecycle_log import build as build_lifecycle
+
+    from kwdiag.pipeline import analyze
+
+    folder = Path(keep) if keep else tmp / "cluster"
+    t = time.perf_counter()
+    adaptive = build_lifecycle(folder, size_mb << 20)
+    expected = Counter((d.worker, d.cause, d.detail) for d in analyze([str(SKELETON)], rules=rules).deaths) + adaptive
+    paths = sorted(folder.glob("*.log"))
+    size = sum(p.stat().st_size for p in paths)
+    lines = sum(p.read_bytes().count(b"\n") for p in paths)
+    print(f"lifecycle: built {size / 1e6:.0f} MB, {lines:,} lines in {len(paths)} files, {sum(expected.values())} deaths "
+          f"(the skeleton's {sum(expected.values()) - sum(adaptive.values())}, {sum(adaptive.values())} adaptive "
+          f"retirements) in {time.perf_counter() - t:.1f}s")
+    _grep_anchor(paths, size, rules)
+    plain_python_loop(paths, size, rules)
+
+    def check(deaths) -> str:
+        got = Counter((d["worker"], d["cause"], d["detail"]) for d in deaths)
+        if got != expected:
+            raise SystemExit(f"WRONG DEATHS: missing {expected - got}, extra {got - expected}")
+        return "every death found with its cause, none extra"
+
+    _explain(folder, size, check)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mb", type=int, default=1024)
-    ap.add_argument("--keep", help="write the log here and keep it")
-    ap.add_argument("--jobs", type=int, help="KWDIAG_JOBS for kwdiag (default: one process per CPU)")
+    ap.add_argument("--shapes", default="quiet,lifecycle")
+    ap.add_argument("--keep", help="write the logs here and keep them (one shape)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "bench"))
     from kwdiag.engine import load_rules
 
     rules = load_rules()
     tmp = Path(tempfile.mkdtemp(prefix="kwdiag-bench-"))
-    path = Path(args.keep) if args.keep else tmp / "big.log"
     try:
-        t = time.perf_counter()
-        expected = build(path, args.size_mb << 20, rules)
-        size = path.stat().st_size
-        print(f"built {size / 1e6:.0f} MB with {len(expected)} buried deaths in {time.perf_counter() - t:.1f}s")
-        keywords = sorted(rules.by_keyword)
-        if shutil.which("grep"):
-            pattern = "|".join(re.escape(k).replace("\\ ", " ") for k in keywords)
-            t = time.perf_counter()
-            g = subprocess.run(["grep", "-cE", pattern, str(path)], capture_output=True, text=True)
-            dt = time.perf_counter() - t
-            print(f"grep -cE ({len(keywords)} signatures): {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {g.stdout.strip()} lines")
-        plain_python_loop(path, size, rules)
-        cmd = [sys.executable, "-P", "-m", "kwdiag", "explain", "--format", "json", str(path)]
-        runs = [("auto: GNU grep finds the literals, then one Python pass", {}),
-                ("one Python process, no grep (KWDIAG_NO_GREP=1 KWDIAG_JOBS=1)", {"KWDIAG_NO_GREP": "1", "KWDIAG_JOBS": "1"})]
-        if args.jobs:
-            runs.append((f"no grep, KWDIAG_JOBS={args.jobs}", {"KWDIAG_NO_GREP": "1", "KWDIAG_JOBS": str(args.jobs)}))
-        for label, extra in runs:
-            dt, peak, out = measured(cmd, dict(os.environ, **extra))
-            doc = json.loads(out)
-            # By cause and detail: the noise is real lines of several workers replayed into one file, so a
-            # death whose exit line names only a pid may not be tied to its worker's name (it is reported as
-            # "process N"); what is measured here is that each buried death is found with its cause.
-            got = [(d["cause"], d["detail"]) for d in doc["deaths"]]
-            missing = []
-            for name, *exp in expected:
-                if tuple(exp) in got:
-                    got.remove(tuple(exp))
-                else:
-                    missing.append((name, *exp))
-            print(f"kwdiag explain, {label}: {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, peak RSS {peak:.0f} MB, "
-                  f"{len(doc['deaths'])} deaths reported, buried found {len(expected) - len(missing)}/{len(expected)}")
-            if missing:
-                print("MISSING:", missing)
-                raise SystemExit(1)
+        for shape in args.shapes.split(","):
+            {"quiet": quiet, "lifecycle": lifecycle}[shape](args.size_mb, tmp, args.keep, rules)
     finally:
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

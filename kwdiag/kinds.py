@@ -171,6 +171,12 @@ NAMED = _group("versions-mismatch")
 # Lines a nanny (or any server) writes about itself, not about its worker process.
 NOT_ABOUT_THE_WORKER = _group("nanny-start", "nanny-close", "restart-backoff", "process-start", "scheduler-start")
 
+# The scheduler's word on a connection (a goodbye read, a connection gone). It tells how a worker left only
+# when it comes at most NEAR_REMOVAL lines before the scheduler's removal of that worker, in the same file;
+# the reader keeps one only then (a long-running scheduler prints one per client session: millions).
+CONNECTION = _group("comm-close-stream", "comm-closed")
+NEAR_REMOVAL = 3
+
 # ---------------------------------------------------------------- readers
 # What a kwdiag text log says that its JSONL events already carry: every lifecycle and end line (the
 # nanny's exit record keeps the worker's stderr tail, faulthandler dumps and tracebacks included).

@@ -255,3 +255,21 @@ def test_a_fact_rules_real_fragment_gives_its_verdict(tmp_path, rule_id, example
     assert any((w, c, d) == (want["worker"], want["cause"], want["detail"]) and rule_id in rules
                for w, c, d, rules in got), got
     assert re.search(r"\(Dask [\d.]+\)$", example["from"])
+
+
+@pytest.mark.parametrize("between, vanished", [(0, True), (2, True), (3, False)])
+def test_a_connection_line_counts_only_just_before_the_removal(tmp_path, between, vanished):
+    """The scheduler's 'Connection to ... has been closed.' says the worker simply went only when it comes at most
+    kinds.NEAR_REMOVAL lines before the removal (the reader keeps it only then). Real lines of a real case, with
+    other real lines of the same log put between them."""
+    from kwdiag.kinds import NEAR_REMOVAL
+
+    case = ROOT / "sample_logs/corpus/cases/2026.8.0/002-sigkill-cli-nonanny-fixed-end/scheduler.log"
+    lines = case.read_text().splitlines()
+    removal = next(i for i, line in enumerate(lines) if "Remove worker" in line and "Connection to" in lines[i - 1])
+    filler = [line for line in lines if "Starting established connection" in line][:between]
+    assert len(filler) == between and NEAR_REMOVAL == 3
+    (tmp_path / "scheduler.log").write_text("\n".join([lines[removal - 1], *filler, lines[removal]]) + "\n")
+    report = analyze([str(tmp_path)], rules=RULES)
+    assert len(report.deaths) == 1
+    assert ("fact-vanished-scheduler-only" in report.deaths[0].rules) is vanished, report.deaths[0].rules

@@ -270,6 +270,8 @@ def _junk(tmp_path: Path) -> dict[str, list[str]]:
     p["empty"] = [str(tmp_path / "empty.log")]
     (tmp_path / "latin1.log").write_bytes(W1.read_bytes().replace(b"signal 9", b"signal 9 \xe9\xff\xfe"))
     p["invalid utf-8"] = [str(tmp_path / "latin1.log")]
+    (tmp_path / "clock.log").write_bytes(re.sub(rb"^2026-11-21 10:", b"2026-13-45 25:", W1.read_bytes(), flags=re.M))
+    p["impossible timestamps"] = [str(tmp_path / "clock.log")]
     odd = os.fsencode(str(tmp_path)) + b"/w\xff\xfe.log"
     with open(odd, "wb") as f:
         f.write(W1.read_bytes())

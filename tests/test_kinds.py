@@ -22,7 +22,7 @@ FACTS = ROOT / "kwdiag" / "analysis" / "facts.py"
 # the text reader writes only the kinds of its rules, and the JSONL reader only what the files say.
 SYNTHESIZED_ONLY: dict[str, str] = {}
 # Calls that take a literal set of kinds (the timeline's lookups of nearby lines).
-KIND_SET_CALLS = {"lines_before", "context_between"}
+KIND_SET_CALLS = {"lines_before", "context_between", "cluster_lines"}
 
 
 def _py_files(*dirs: str) -> list[pathlib.Path]:
@@ -130,7 +130,7 @@ def kinds_tested_in(tree: ast.AST, where) -> dict[str, list[str]]:
                         _add(found, s, where(node))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in KIND_SET_CALLS:
             for arg in node.args:
-                if isinstance(arg, ast.Set):
+                if isinstance(arg, (ast.Set, ast.Constant)):
                     for s in _strings(arg):
                         _add(found, s, where(node))
     return found

@@ -30,7 +30,7 @@ import re
 from typing import Iterable
 
 from kwdiag.events import Event
-from kwdiag.kinds import EXCEPTION
+from kwdiag.kinds import CONNECTION, EXCEPTION
 from kwdiag.reasons import CLUSTER_CLOSE, NANNY_WENT, OWN_REMOVALS, chosen
 from kwdiag.timeline import Incarnation, Timeline, known_ts
 
@@ -90,7 +90,7 @@ def exit_status(inc: Incarnation) -> int | None:
 
 def _said_goodbye(removal: Event, tl: Timeline) -> bool:
     """The scheduler read the worker's goodbye (``Received 'close-stream'``) just before removing it."""
-    near = tl.lines_before(removal, {"comm-close-stream", "comm-closed"})
+    near = tl.lines_before(removal, CONNECTION)
     return bool(near) and near[0].kind == "comm-close-stream"
 
 
@@ -99,7 +99,7 @@ def _vanished_unannounced(removal: Event, tl: Timeline) -> bool:
     Dask's ``Connection to ... has been closed.`` just before the removal. Older Dask says neither."""
     if removal.get("how") == "connection-closed":
         return True
-    near = tl.lines_before(removal, {"comm-close-stream", "comm-closed"})
+    near = tl.lines_before(removal, CONNECTION)
     return bool(near) and near[0].kind == "comm-closed"
 
 
@@ -175,9 +175,7 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
         if _reasons_of(e) & CLUSTER_REASONS:
             return e
     end = inc.ended_at
-    for e in tl.cluster:
-        if e.kind != "scheduler-close":
-            continue
+    for e in tl.cluster_lines("scheduler-close"):
         if own and e.get("reason") not in own:
             continue  # it left for a reason of its own, not the scheduler's
         ts = known_ts(e)
@@ -241,8 +239,8 @@ def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
         if e.get("how") == "retired" and not stated:
             return e
     end = inc.ended_at
-    for e in tl.cluster:
-        if e.kind not in ("retire-request", "close-request") or not _names(e, inc):
+    for e in tl.cluster_lines("retire-request", "close-request"):
+        if not _names(e, inc):
             continue
         ts = known_ts(e)
         if end is not None and ts is not None:

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
 from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
-from kwdiag.kinds import DUPLICATED_BY_EVENTS
+from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, NEAR_REMOVAL
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
 from kwdiag.readers.shapes import is_noise, unwrap
@@ -32,17 +32,28 @@ DASK_LINE = re.compile(
 )
 ISO_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s")
 DMESG_T = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
+IMPOSSIBLE_STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")  # a stamp's shape (its value did not parse)
 TS_MIN, TS_MAX = -1e10, 253402300800.0  # event times a calendar can show (years 1653 to 9999)
 LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error", "CRITICAL": "critical"}
 
 _local_cache: dict[str, float] = {}
 
 
-def _epoch(date: str, hms: str, frac: str | None, tz: str | None) -> float:
-    key = date + " " + hms + (tz or "")
+def _epoch(date: str, hms: str, frac: str | None, tz: str | None) -> float | None:
+    """Seconds since the epoch of a stamp's parts; None for a stamp no clock shows (month 13, 25:61)."""
+    try:
+        return _epoch_of(date, hms, frac, tz)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _epoch_of(date: str, hms: str, frac: str | None, tz: str | None) -> float:
+    # Cached per hour (a time zone shifts its clock on the hour, never within one): a busy log has a new
+    # second on nearly every line, and strptime + mktime per line were a third of reading a candidate line.
+    key = date + hms[:2] + (tz or "")
     base = _local_cache.get(key)
     if base is None:
-        st = time.strptime(date + " " + hms, "%Y-%m-%d %H:%M:%S")
+        st = time.strptime(date + " " + hms[:2], "%Y-%m-%d %H")
         if tz is None:
             base = time.mktime(st)
         else:
@@ -54,6 +65,10 @@ def _epoch(date: str, hms: str, frac: str | None, tz: str | None) -> float:
         if len(_local_cache) > 100_000:
             _local_cache.clear()
         _local_cache[key] = base
+    minutes, seconds = int(hms[3:5]), int(hms[6:8])
+    if minutes > 59 or seconds > 61:
+        raise ValueError(f"not a time of day: {hms}")
+    base += minutes * 60 + seconds
     if frac:
         base += int(frac[:6]) / 10 ** min(len(frac), 6)
     return base
@@ -109,6 +124,12 @@ class _FileState:
         self.first_bad_utf8: int | None = None
         self.bad_json = 0
         self.first_bad_json: tuple[int, str] | None = None
+        # Connection lines (kinds.CONNECTION) of the last NEAR_REMOVAL lines, unparsed: read only if a removal
+        # follows (a long-running scheduler prints one per client session; nothing else needs them).
+        self.held: list[tuple[int, str, bytes | None]] = []
+        self._held_only: dict[int, bool] = {}  # id of a candidates tuple -> all its rules emit a connection line
+        self.bad_times = 0  # lines stamped with a time no clock shows (month 13, 25:61)
+        self.first_bad_time: int | None = None
         self.json_events = 0
 
     def on_line(self, lineno: int, raw: bytes, prev: bytes | None) -> None:
@@ -120,14 +141,13 @@ class _FileState:
             if self.first_bad_utf8 is None:
                 self.first_bad_utf8 = lineno
         text = text.rstrip("\r")
-        origin = Origin(self.name, lineno)
         self.timeouts.where = (self.name, lineno)
         stripped = text.lstrip()
         if stripped.startswith("{") and '"v"' in stripped[:8]:
             if "\\u" in stripped:
                 stripped = _no_lone_surrogates(stripped)
             try:
-                ev = from_json_line(stripped, origin)
+                ev = from_json_line(stripped, Origin(self.name, lineno))
             except EventDecodeError as exc:
                 self.bad_json += 1
                 if self.first_bad_json is None:
@@ -143,10 +163,30 @@ class _FileState:
             self.last_ts = ev.ts
             self.events.extend(events_from_tail(ev, self.rules, self.timeouts))
             return
+        candidates = self.rules.candidates(text)
+        if candidates and self._only_connection(candidates):
+            self.held = [h for h in self.held if lineno - h[0] < NEAR_REMOVAL]
+            self.held.append((lineno, text, prev))
+            return
+        self._text_line(lineno, text, prev, candidates)
+
+    def _only_connection(self, candidates: tuple) -> bool:
+        only = self._held_only.get(id(candidates))
+        if only is None:
+            only = self._held_only[id(candidates)] = all(r.emit_kind in CONNECTION for r in candidates)
+        return only
+
+    def _text_line(self, lineno: int, text: str, prev: bytes | None, candidates: tuple) -> None:
         if is_noise(text):
             return
-        text, wrapper_ts = unwrap(text)
+        origin = Origin(self.name, lineno)
+        unwrapped, wrapper_ts = unwrap(text)
+        if unwrapped != text:
+            text, candidates = unwrapped, None  # the wrapper's prefix gone: look for the rules again
         ts, logger, level, msg = parse_prefix(text)
+        if ts is None and IMPOSSIBLE_STAMP.match(text):
+            self.bad_times += 1
+            self.first_bad_time = self.first_bad_time or lineno
         if ts is None:
             ts = wrapper_ts
         if ts is None:
@@ -156,7 +196,7 @@ class _FileState:
                 ts = self.last_ts
         else:
             self.last_ts = ts
-        for rule, groups in self.rules.match_line(text, self.timeouts):
+        for rule, groups in self.rules.match_line(text, self.timeouts, candidates):
             self._emit(rule, groups, ts, level, clean(text), origin)
 
     def _emit(self, rule, groups: dict[str, Any], ts: float | None, level: str | None, text: str,
@@ -170,6 +210,8 @@ class _FileState:
         worker = fields.pop("worker", None)
         if ts is None:
             fields["ts_unknown"] = True
+        if rule.emit_kind == "worker-removed" and self.held:
+            self._read_held(origin.line)
         self.events.append(Event(
             ts=ts if ts is not None else 0.0,
             source=rule.emit_source,
@@ -180,6 +222,15 @@ class _FileState:
             message=text,
             origin=origin,
         ))
+
+    def _read_held(self, removal_line: int) -> None:
+        """Read the held connection lines just before a removal (in order, before it)."""
+        held, self.held = [h for h in self.held if removal_line - h[0] <= NEAR_REMOVAL], []
+        last_ts, where = self.last_ts, self.timeouts.where
+        for lineno, text, prev in held:
+            self.timeouts.where = (self.name, lineno)
+            self._text_line(lineno, text, prev, None)
+        self.last_ts, self.timeouts.where = last_ts, where
 
 
 def events_from_tail(ev: Event, rules: RuleSet, timeouts: RuleTimeouts | None = None) -> list[Event]:
@@ -265,6 +316,10 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None)
                 inp.name, f"rule {rid} ({path}): a pattern ran longer than the {MATCH_TIMEOUT:g} s match timeout on "
                 f"{n} line(s) (first at line {line}) and counted as not matching there"
                 + ("; the rule was switched off for the rest of this run" if timeouts.off(rid) else ""), "warning"))
+    if state.bad_times:
+        res.problems.append(InputProblem(
+            inp.name, f"{state.bad_times} line(s) stamped with a time no clock shows (first at line "
+            f"{state.first_bad_time}); each took the time of the line before it", "warning"))
     if state.bad_json:
         ln, why = state.first_bad_json
         res.problems.append(InputProblem(

@@ -18,7 +18,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from kwdiag.kinds import END, REGISTERED, START, keyed
+from kwdiag.kinds import END, NEAR_REMOVAL, REGISTERED, START, keyed
 from kwdiag.events import Event, iso_time
 
 # The kinds of evidence that a process ended (or is being ended), and the slot each fills. The kinds are
@@ -162,6 +162,7 @@ class Timeline:
     # lines of a file that name no process and belong to none (several workers share the file)
     stream_context: dict[str, list[Event]] = field(default_factory=dict)
     _by_line: dict | None = field(default=None, repr=False)
+    _cluster_by_kind: dict | None = field(default=None, repr=False)
     _context_by_time: dict | None = field(default=None, repr=False)
 
     def context_between(self, stream: str, lo: float | None, hi: float | None, kinds: frozenset[str]) -> list[Event]:
@@ -180,7 +181,17 @@ class Timeline:
             return timed + untimed
         return timed[bisect_left(times, lo):bisect_right(times, hi)] + untimed
 
-    def lines_before(self, e: Event, kinds: set[str], within: int = 3) -> list[Event]:
+    def cluster_lines(self, *kinds: str) -> list[Event]:
+        """The cluster-wide lines of these kinds, in the order read. Found once per set of kinds: every
+        incarnation asks for the few closes and requests among a long-running scheduler's many cluster lines."""
+        if self._cluster_by_kind is None:
+            self._cluster_by_kind = {}
+        found = self._cluster_by_kind.get(kinds)
+        if found is None:
+            found = self._cluster_by_kind[kinds] = [c for c in self.cluster if c.kind in kinds]
+        return found
+
+    def lines_before(self, e: Event, kinds: frozenset[str] | set[str], within: int = NEAR_REMOVAL) -> list[Event]:
         """Cluster lines of these kinds in ``e``'s file at most ``within`` lines before it, nearest first
         (the scheduler's ``Connection to ... has been closed`` just before its ``Remove worker``)."""
         if e.origin is None:
