@@ -264,4 +264,4 @@ def test_without_grep_a_large_file_is_still_read(tmp_path, monkeypatch):
 
     assert grep_offsets(str(SIGKILL_W1), RULES.anchors) is None
     r = _sigkill_report([SIGKILL_W1])
-    assert any(d.detail == "sigkill" for d in r.deaths)
+    assert_deaths(r.deaths, CLEAN)
