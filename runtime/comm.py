@@ -332,10 +332,12 @@ async def connect(address: str, credentials: Credentials | bytes, *, timeout: fl
         if isinstance(real, ssl.SSLError):  # the server rejected our certificate (or we its)
             raise AuthError(f"TLS handshake with {address} failed: {real.reason or real}") from None
         raise CommClosedError(f"could not connect to {address}: {exc}") from None
+    if stream.socket is None:  # the peer closed the connection as soon as the handshake was done (it died)
+        raise CommClosedError(f"connection to {address} closed as it opened")
     local = _peer_name(stream, "")
     try:
         lhost, lport = stream.socket.getsockname()[:2]
         local = format_address(lhost, lport)
-    except OSError:
+    except (OSError, AttributeError):
         pass
     return Comm(stream, address, local, max_frame)

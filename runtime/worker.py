@@ -323,7 +323,11 @@ class Worker:
         msg = self.specs.get(key)
         if msg is None:
             return
-        still_missing = await self._gather_from_peers({k: msg["deps"][k] for k in missing})
+        try:
+            still_missing = await self._gather_from_peers({k: msg["deps"][k] for k in missing})
+        except Exception as exc:  # whatever went wrong, the task must not sit here forever: hand it back
+            logger.warning("Fetching the inputs of %r failed: %s: %s", key, type(exc).__name__, exc)
+            still_missing = [k for k in missing if k not in self.data]
         if key not in self.specs:
             return
         if still_missing:

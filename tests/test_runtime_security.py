@@ -186,3 +186,40 @@ def test_a_disk_filling_up_mid_run_is_reported_and_loses_nothing_already_recorde
     complete = [line for line in lines[:-1] if line]   # newline-terminated: written whole
     assert len(complete) > 100
     assert [from_json_line(line).fields["pid"] for line in complete] == list(range(len(complete)))  # intact, in order
+
+
+def test_a_peer_that_closes_as_the_handshake_ends_is_a_closed_connection_not_a_crash():
+    """A worker fetching from a peer that dies just after accepting (SIGKILLed mid-handshake) saw the socket gone
+    and raised AttributeError, which left the fetching task stuck in the worker for good (found by
+    bench/property_dags.py). connect() must say the connection closed, however the race falls."""
+    from tornado.netutil import bind_sockets
+    from tornado.tcpserver import TCPServer
+
+    from kwdiag.runtime.comm import CommClosedError, _server_handshake, connect
+
+    secret = os.urandom(32)
+
+    class ClosesAtOnce(TCPServer):
+        async def handle_stream(self, stream, address):
+            await _server_handshake(stream, secret)
+            stream.close()
+
+    async def go():
+        server = ClosesAtOnce()
+        sockets = bind_sockets(0, "127.0.0.1")
+        server.add_sockets(sockets)
+        port = sockets[0].getsockname()[1]
+        outcomes = {"closed": 0, "opened": 0}
+        for _ in range(200):
+            try:
+                comm = await connect(f"tcp://127.0.0.1:{port}", secret, timeout=10)
+            except CommClosedError:
+                outcomes["closed"] += 1
+            else:
+                outcomes["opened"] += 1
+                comm.abort()
+        server.stop()
+        return outcomes
+
+    outcomes = asyncio.run(go())
+    assert sum(outcomes.values()) == 200, outcomes
