@@ -56,6 +56,8 @@ class Verdict:
     detail: str
     weight: float
     refines: tuple[str, ...] = ()
+    # For an ``unknown`` verdict: the classes (``cause/detail``) the lines cannot tell apart.
+    alternatives: tuple[str, ...] = ()
 
 
 @dataclass
@@ -197,7 +199,8 @@ def parse_rule(data: Mapping[str, Any], path: str, *, compile_now: bool = True) 
     if verdict:
         try:
             v = Verdict(cause=str(verdict["cause"]), detail=str(verdict["detail"]),
-                        weight=float(verdict.get("weight", 0.5)), refines=tuple(_as_tuple(verdict.get("refines"))))
+                        weight=float(verdict.get("weight", 0.5)), refines=tuple(_as_tuple(verdict.get("refines"))),
+                        alternatives=tuple(str(a) for a in _as_tuple(verdict.get("alternatives"))))
         except KeyError as exc:
             raise RuleError(f"{path}: [verdict] needs {exc}") from None
     examples = data.get("examples") or {}
@@ -331,8 +334,17 @@ def lint_rules(rules: list[Rule], load_errors: Iterable[str] = ()) -> list[str]:
                 problems.append(f"{where}: verdict cause {r.verdict.cause!r} is not one of {', '.join(CAUSES)}")
             if not 0 < r.verdict.weight <= 1:
                 problems.append(f"{where}: verdict weight must be in (0, 1]")
+            if r.verdict.alternatives and r.verdict.cause != "unknown":
+                problems.append(f"{where}: only an unknown verdict has alternatives (a known cause is one)")
+            for alt in r.verdict.alternatives:
+                if alt.partition("/")[0] not in CAUSES or not alt.partition("/")[2]:
+                    problems.append(f"{where}: alternative {alt!r} is not cause/detail with a cause of "
+                                    f"{', '.join(CAUSES)}")
             if r.severity != "info" and not any(v.strip() for v in r.remediation.values()):
                 problems.append(f"{where}: a rule with a verdict needs a [remediation] text")
+        for d in r.verdict.refines if r.verdict is not None else ():
+            if not any(_gives_detail(other, d) for other in rules):
+                problems.append(f"{where}: refines {d!r}, a detail no rule gives")
         for k, text in r.remediation.items():
             if k not in RUNTIMES:
                 problems.append(f"{where}: remediation for unknown runtime {k!r} (use {', '.join(RUNTIMES)})")
@@ -345,6 +357,16 @@ def lint_rules(rules: list[Rule], load_errors: Iterable[str] = ()) -> list[str]:
             if example_matches(r, ex):
                 problems.append(f"{where}: example must not match but does: {ex[:120]!r}")
     return problems
+
+
+def _gives_detail(rule: Rule, detail: str) -> bool:
+    """Whether ``rule``'s verdict can give ``detail`` (a detail written with fields, ``signal_{signal}``, gives
+    each value they can take)."""
+    if rule.verdict is None:
+        return False
+    pattern = _stdre.escape(rule.verdict.detail)
+    pattern = _stdre.sub(r"\\\{\w+\\\}", ".+", pattern) if "{" in rule.verdict.detail else pattern
+    return _stdre.fullmatch(pattern, detail) is not None
 
 
 def example_matches(rule: Rule, example: str) -> bool:

@@ -13,8 +13,8 @@ things hide part of it, each read off the real logs of the corpus, not assumed:
   Orderly ends (retire, lifetime, scale-down, restart, the final close) print nothing: no death to see.
   Without a nanny nothing of a worker's end is printed at this level.
 * **No nanny**: nobody reports the exit status or signal. A worker killed by a signal, or that called
-  ``os._exit``, vanishes without a word: the scheduler sees its connection close
-  (``sudden_exit/connection_lost``).
+  ``os._exit``, vanishes without a word: the scheduler sees its connection close, and the lines cannot tell
+  which it was (``unknown/abrupt_end``, with those readings as its alternatives).
 * **The final close**: every worker alive when the cluster closes ends ``chose_to_exit/shutdown`` (in the
   logs a handled SIGTERM to the ``dask worker`` command and the scheduler together, or LocalCluster
   closing): counted as chosen, detail not compared (``sigterm`` and ``shutdown`` both say it).
@@ -85,7 +85,7 @@ def _visible(cause: str, detail: str | None, factors: dict, version: tuple[int, 
             return ("unknown", "restarted")
         return (cause, detail)
     if nanny != "nanny" and key in SIGNAL_DEATHS | SILENT_SELF_EXITS:
-        return ("sudden_exit", "connection_lost")
+        return ("unknown", "abrupt_end")
     return (cause, detail)
 
 

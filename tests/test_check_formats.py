@@ -119,7 +119,7 @@ def test_sarif_synthetic_rule_baseline_and_input_errors(tmp_path):
     jsonschema.validate(doc, SCHEMA)
     run = doc["runs"][0]
     ids = {x["ruleId"] for x in run["results"]}
-    assert "fact-vanished-own-log" in ids  # connection_lost comes from a rule too: every verdict names its rule
+    assert "fact-vanished-own-log" in ids  # abrupt_end comes from a rule too: every verdict names its rule
     states = sorted(x["baselineState"] for x in run["results"])
     assert states == ["new", "unchanged"]
     assert all("suppressions" in x for x in run["results"] if x["baselineState"] == "unchanged")

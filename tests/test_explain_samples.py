@@ -2,8 +2,8 @@
 
 ``expected.json`` is written from what the scenario's driver DID to the workers, not from what the
 analyzer says. Deaths are compared as a multiset of (worker, cause, detail) — never by timestamps —
-where ``detail_in_logs`` / ``worker_in_logs`` (when present) are what the logs can show (a --no-nanny
-SIGKILL leaves no trace of the signal; LocalCluster at WARNING level never prints worker names). ``killed_workers`` compare by task, number of deaths and fairness.
+where ``cause_in_logs`` / ``detail_in_logs`` / ``worker_in_logs`` (when present) are what the logs can show (a --no-nanny
+SIGKILL leaves no trace of the signal: unknown/abrupt_end; LocalCluster at WARNING level never prints worker names). ``killed_workers`` compare by task, number of deaths and fairness.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def test_sample_scenario(scenario: Path):
     expected = json.loads((scenario / "expected.json").read_text())
     report = analyze([str(scenario)], rules=_rules())
     assert not report.input_errors, report.input_errors
-    want = Counter((d.get("worker_in_logs", d["worker"]), d["cause"], d.get("detail_in_logs", d["detail"]))
-                   for d in expected["deaths"])
+    want = Counter((d.get("worker_in_logs", d["worker"]), d.get("cause_in_logs", d["cause"]),
+                    d.get("detail_in_logs", d["detail"])) for d in expected["deaths"])
     got = Counter((d.worker, d.cause, d.detail) for d in report.deaths)
     assert got == want, "\n" + "\n".join(
         f"{d.worker}#{d.incarnation} {d.cause}/{d.detail} {d.confidence} {d.rules}" for d in report.deaths)

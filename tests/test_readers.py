@@ -110,7 +110,7 @@ def test_directory_is_read_recursively_and_merged(tmp_path):
     # With the scheduler's log beside the workers': w1's second process ended as the cluster closed, and w2
     # (no nanny: nothing names the signal) just stopped (sample_logs/dask-sigkill/expected.json).
     assert_deaths(r.deaths, [("w1", 1, "sudden_exit", "sigkill"), ("w1", 2, "chose_to_exit", "shutdown"),
-                             ("w2", 1, "sudden_exit", "connection_lost")])
+                             ("w2", 1, "unknown", "abrupt_end")])
 
 
 def test_stdin_and_exit_codes(tmp_path):

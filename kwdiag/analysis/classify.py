@@ -255,7 +255,18 @@ def explain(inc: Incarnation, tl: Timeline, decision: Decision, events: list[Eve
         hints=_hints(inc, decision, rules_used, events, tl, inp), rules=tuple(r.id for r in rules_used),
         noticed_by=noticed_by, noticed_after=noticed_after, running=_running(inc), severity=severity,
         summary=summary, disagreement=tuple(decision.disagreement), memory=memory_trace(events),
+        alternatives=_alternatives(decision, rules_used),
     )
+
+
+def _alternatives(decision: Decision, rules_used) -> tuple[str, ...]:
+    """What an ``unknown`` death could have been, as its deciding rules say (none for a known cause)."""
+    if decision.cause != "unknown":
+        return ()
+    out: list[str] = []
+    for r in rules_used:
+        out += [a for a in (r.verdict.alternatives if r.verdict else ()) if a not in out]
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- all four

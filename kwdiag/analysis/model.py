@@ -111,6 +111,8 @@ class Death:
     severity: str = "error"
     summary: str = ""
     disagreement: tuple[str, ...] = ()  # other explanations the evidence also supported
+    # An ``unknown`` death: the classes (``cause/detail``) its lines cannot tell apart, for the report to name.
+    alternatives: tuple[str, ...] = ()
     memory: MemoryTrace | None = None  # what the logs show of its memory, if anything
 
     @property
@@ -144,6 +146,7 @@ class Death:
             "running": list(self.running),
             "rules": list(self.rules),
             "disagreement": list(self.disagreement),
+            "alternatives": list(self.alternatives),
             "fingerprint": self.fingerprint,
             "evidence": [e.to_dict() for e in self.evidence],
             "hints": [h.to_dict() for h in self.hints],

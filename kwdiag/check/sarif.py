@@ -3,7 +3,7 @@
 Covers: one run of tool ``kwdiag`` whose ``rules`` are the kwdiag rules that decided the reported
 verdicts (id, title, why, fix per runtime as help text, first web reference as ``helpUri``, severity
 as the default level) — with a rule ``kwdiag-<cause>-<detail>`` for verdicts no single rule makes
-(``connection_lost``) — and one result per death that fails the policy, is in the baseline
+(a verdict with no deciding rule, which the built-in rules never give) — and one result per death that fails the policy, is in the baseline
 (``baselineState: unchanged`` plus an external suppression) or is below the threshold (level
 ``note``). Allowed deaths (a worker that chose to exit) are left out. Each result is located at its
 evidence lines (log file and line; paths relative to the working directory under ``%SRCROOT%``,

@@ -23,6 +23,7 @@ from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
 from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
 from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, NEAR_REMOVAL
+from kwdiag.readers import jsonlog
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
 from kwdiag.readers.shapes import is_noise, unwrap
@@ -131,6 +132,7 @@ class _FileState:
         self.bad_times = 0  # lines stamped with a time no clock shows (month 13, 25:61)
         self.first_bad_time: int | None = None
         self.json_events = 0
+        self.json_records = 0  # JSON logging records (not kwdiag events)
 
     def on_line(self, lineno: int, raw: bytes, prev: bytes | None) -> None:
         try:
@@ -163,6 +165,19 @@ class _FileState:
             self.last_ts = ev.ts
             self.events.extend(events_from_tail(ev, self.rules, self.timeouts))
             return
+        if stripped.startswith("{"):
+            record = jsonlog.parse(_no_lone_surrogates(stripped) if "\\u" in stripped else stripped)
+            if record is not None:  # a JSON logging record: read the line (and traceback) it carries
+                self.json_records += 1
+                first, *rest = jsonlog.text_lines(record)
+                self._line(lineno, first, prev)
+                anchor = first.encode("utf-8", "replace")
+                for line in rest:
+                    self._line(lineno, line, anchor)
+                return
+        self._line(lineno, text, prev)
+
+    def _line(self, lineno: int, text: str, prev: bytes | None) -> None:
         candidates = self.rules.candidates(text)
         if candidates and self._only_connection(candidates):
             self.held = [h for h in self.held if lineno - h[0] < NEAR_REMOVAL]
@@ -259,7 +274,7 @@ def events_from_tail(ev: Event, rules: RuleSet, timeouts: RuleTimeouts | None = 
 
 
 def _runtime_of(head: bytes, json_events: int) -> str | None:
-    if b" - distributed." in head:
+    if b" - distributed." in head or b'"distributed.' in head:  # Dask's text layout, or its JSON logging records
         return "dask"
     if json_events or b" - kwdiag." in head:
         return "kwdiag"

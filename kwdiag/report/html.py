@@ -456,6 +456,9 @@ def _group_card(g: DeathGroup, index: dict[int, int], report: Report) -> str:
            f'{esc(g.detail)}</h3>']
     if d.summary:
         out.append(f"<p>{esc(d.summary)}</p>")
+    if d.alternatives:
+        out.append("<p>Could be " + ", ".join(f"<code>{esc(a)}</code>" for a in d.alternatives)
+                   + ": the lines cannot tell which.</p>")
     out.append(f'<p class="meta">{esc(who(g.deaths, 8), 400)}' + (f"; task {esc(g.task, 120)}" if g.task else "")
                + "</p>")
     if g.cause != "chose_to_exit":

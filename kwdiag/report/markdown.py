@@ -71,6 +71,8 @@ def _group(g, base: str | None) -> list[str]:
     d = g.deaths[0]
     if d.summary:
         out += [f"{_md(d.summary)}.", ""]
+    if d.alternatives:
+        out += ["Could be " + ", ".join(f"`{_md(a)}`" for a in d.alternatives) + ": the lines cannot tell which.", ""]
     peaks = [x.memory.peak for x in g.deaths if x.memory and x.memory.peak]
     limit = next((x.memory.limit for x in g.deaths if x.memory and x.memory.limit), None)
     if peaks:

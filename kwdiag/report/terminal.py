@@ -134,6 +134,9 @@ def _group_lines(g: DeathGroup, report: Report, base: str | None, verbose: bool,
     told = f"KilledWorker {', '.join(safe(t, 60) for t in others)} (blame fair)" if others else ""
     figures = "; ".join(x for x in (safe(who(g.deaths), 400), _figures(g, killed=bool(own)), told) if x)
     out += [("", x) for x in _wrap(figures, "    ")]
+    if d.alternatives:
+        out += [("", x) for x in _wrap("could be: " + ", ".join(safe(a, 60) for a in d.alternatives)
+                                       + " (the lines cannot tell which)", "    ")]
     if spark:
         out += [("memory", x) for x in _wrap(spark, "    ")]
     seen: set[tuple[str, ...]] = set()
@@ -168,6 +171,9 @@ def _death_lines(d: Death, base: str | None) -> list[Line]:
     spark = sparkline(d.memory)
     if spark:
         out += [("memory", x) for x in _wrap(spark, "  ")]
+    if d.alternatives:
+        out += [("", x) for x in _wrap("the lines cannot tell apart: " + ", ".join(safe(x, 60) for x in d.alternatives),
+                                       "  ")]
     if d.disagreement:
         out += [("", x) for x in _wrap("other explanations seen: " + ", ".join(safe(x, 60) for x in d.disagreement), "  ")]
     for e in d.evidence:
