@@ -94,6 +94,7 @@ KINDS: dict[str, str] = {
     "fact-silent-exit": "the process ended itself with a non-zero status and no traceback",
     "fact-restarted": "the nanny restarted it after an exit it did not ask for, and nothing says why",
     "fact-no-evidence": "nothing at all says why it ended",
+    "fact-counted-death": "the scheduler counted a death against a task it gave up on that no line of the input shows",
 }
 
 

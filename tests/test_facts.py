@@ -273,3 +273,40 @@ def test_a_connection_line_counts_only_just_before_the_removal(tmp_path, between
     report = analyze([str(tmp_path)], rules=RULES)
     assert len(report.deaths) == 1
     assert ("fact-vanished-scheduler-only" in report.deaths[0].rules) is vanished, report.deaths[0].rules
+
+
+# ---------------------------------------------------------------- fact-counted-death
+def _killed_worker_lines() -> list[str]:
+    """Real KilledWorker lines of the corpus and the samples: (task, count, line)."""
+    out = []
+    for path in sorted((ROOT / "sample_logs").glob("**/*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.search(r"Task (\S+) marked as failed because (\d+) workers died", line)
+            if m:
+                out.append((m.group(1), int(m.group(2)), line))
+    return out
+
+
+def test_a_killed_worker_count_beyond_the_deaths_shown_is_that_many_unseen_deaths(tmp_path):
+    """A paste of the KilledWorker line alone: the scheduler counted N deaths, none is shown; N deaths of
+    unknown cause, counted against the task."""
+    task, n, line = next(x for x in _killed_worker_lines() if x[1] >= 2)
+    (tmp_path / "scheduler.log").write_text(line + "\n")
+    report = analyze([str(tmp_path)], rules=RULES)
+    assert [(d.worker, d.cause, d.detail, d.rules) for d in report.deaths] == [
+        ("unseen worker", "unknown", "no_evidence", ("fact-counted-death",))] * n
+    (blame,) = report.killed_workers
+    assert blame.task == task and len(blame.deaths) == n and blame.fair is None
+
+
+def test_two_tasks_that_lost_the_same_workers_do_not_double_the_unseen_deaths(tmp_path):
+    """Two KilledWorkers in one paste, counting 2 and 1: the later count is covered by the deaths already made
+    for the earlier one (whichever came first), so there are 2 unseen deaths, not 3."""
+    lines = _killed_worker_lines()
+    two = next(x for x in lines if x[1] == 2)
+    one = next(x for x in lines if x[1] == 1 and x[0] != two[0])
+    (tmp_path / "scheduler.log").write_text(two[2] + "\n")
+    (tmp_path / "later.log").write_text(one[2] + "\n")
+    report = analyze([str(tmp_path)], rules=RULES)
+    assert sorted((d.worker, d.incarnation) for d in report.deaths) == [("unseen worker", 1), ("unseen worker", 2)]
+    assert sorted(len(b.deaths) for b in report.killed_workers) == [1, 2]

@@ -49,7 +49,8 @@ def analyze_events(events, rules=None, *, file_runtime: dict | None = None, prob
         file_runtime = _infer_runtimes(events)
     tl = build_timeline(events)
     deaths = classify(tl, rules, file_runtime)
-    kws = blame(tl, deaths, rules, file_runtime)
+    kws, unseen = blame(tl, deaths, rules, file_runtime)
+    deaths = [*deaths, *unseen]
     terrs = task_errors(tl, rules)
     rts = sorted({r for r in (file_runtime or {}).values() if r})
     times = [e.ts for e in events if not e.get("ts_unknown")]

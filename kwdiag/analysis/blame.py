@@ -6,6 +6,11 @@ log does not say which tasks were running), their causes, and whether blaming th
 (one consistent cause and no other task running: the task itself kills workers; different causes or
 other tasks running: raising allowed-failures may be right; too few deaths in the logs: cannot tell).
 
+Deaths the scheduler counted but no line shows (a LocalCluster at WARNING level, a paste of the KilledWorker
+line alone) are deaths too: ``blame`` returns them, of unknown cause (``fact-counted-death``), as many as the
+count exceeds the deaths seen before it; a death so made counts for a later task as well, so two tasks that
+lost the same workers do not double them.
+
 Does not cover: classifying the deaths themselves (``kwdiag.analysis.classify``).
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from kwdiag.analysis.classify import evidence_of, rules_for, runtimes_of
+from kwdiag.analysis.facts import counted_death
 from kwdiag.analysis.model import Death, Hint, KilledWorkerBlame
 from kwdiag.analysis.remedies import hints_for
 from kwdiag.engine import RuleSet
@@ -27,8 +33,8 @@ def task_key(e: Event) -> str | None:
 
 
 def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
-          file_runtime: dict[str, str | None] | None = None) -> list[KilledWorkerBlame]:
-    """One ``KilledWorkerBlame`` per task the scheduler gave up on."""
+          file_runtime: dict[str, str | None] | None = None) -> tuple[list[KilledWorkerBlame], list[Death]]:
+    """One ``KilledWorkerBlame`` per task the scheduler gave up on, and the deaths it counted that no line shows."""
     by_task: dict[str, list[Event]] = {}
     for e in tl.killed:
         k = task_key(e)
@@ -41,8 +47,9 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
             if e.kind == "worker-removed":
                 for k in e.get("blamed") or []:
                     blamed_at[_norm_key(str(k))].append((inc.worker, inc.number))
-    out = []
-    for task, evs in by_task.items():
+    out: list[KilledWorkerBlame] = []
+    unseen: list[Death] = []
+    for task, evs in sorted(by_task.items(), key=lambda kv: min(e.ts for e in kv[1])):
         evs.sort(key=lambda e: e.ts)
         first = next((e for e in evs if e.source == "scheduler"), evs[0])
         n = next((e.get("deaths") for e in evs if isinstance(e.get("deaths"), int)), None)
@@ -54,7 +61,12 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
             keys = set(blamed_at[task])
             counted = [d for d in deaths if (d.worker, d.incarnation) in keys]
         else:
-            before = [d for d in deaths if d.failure and d.at is not None and d.at <= first.ts + 1.0]
+            before = sorted((d for d in [*deaths, *unseen] if d.failure and d.at is not None
+                             and d.at <= first.ts + 1.0), key=lambda d: d.at)
+            if n and len(before) < n:
+                more = _unseen_deaths(first, n - len(before), len(unseen), rules, file_runtime or {})
+                unseen += more
+                before += more
             counted = before[-n:] if n else before[-1:]
             reasons.append("the logs do not name the task running at each death; the deaths counted are the "
                            f"last {len(counted)} unexpected death(s) before the scheduler gave up")
@@ -74,7 +86,25 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
                                      reasons=tuple(reasons), allowed_failures=af, at=first.ts, evidence=ev,
                                      hints=hints))
     out.sort(key=lambda b: b.at or 0.0)
-    return out
+    return out, unseen
+
+
+UNSEEN = "unseen worker"  # the worker of a death only a KilledWorker count shows
+
+
+def _unseen_deaths(killed: Event, k: int, already: int, rules: RuleSet,
+                   file_runtime: dict[str, str | None]) -> list[Death]:
+    """``k`` deaths the scheduler counted before ``killed`` and no line shows, of the verdict their fact's rule gives."""
+    fact = counted_death(killed)
+    rule = next((r for r in rules.match_event(fact.kind, fact.fields) if r.verdict is not None), None)
+    if rule is None:   # a rule set without the built-in fact rules: nothing to say of them
+        return []
+    hints = hints_for([rule], runtimes_of({killed.origin.file} if killed.origin else set(), file_runtime),
+                      {"task": task_key(killed)})
+    return [Death(worker=UNSEEN, incarnation=already + i + 1, cause=rule.verdict.cause, detail=rule.verdict.detail,
+                  confidence=0.0, at=killed.ts, evidence=(evidence_of(killed, rule),), hints=hints, rules=(rule.id,),
+                  severity=rule.severity, summary=rule.title, alternatives=rule.verdict.alternatives)
+            for i in range(k)]
 
 
 def _fairness(task: str, counted: list[Death], n: int | None, causes: tuple[str, ...],
@@ -84,6 +114,9 @@ def _fairness(task: str, counted: list[Death], n: int | None, causes: tuple[str,
         reasons.append(f"the scheduler counted {n} deaths but the logs show {len(counted)}")
         return None
     if not counted:
+        return None
+    if all(c.startswith("unknown") for c in causes):
+        reasons.append("the logs do not say how the counted workers died")
         return None
     if len(causes) == 1 and not causes[0].startswith("unknown"):
         others = set()

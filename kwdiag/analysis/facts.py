@@ -20,6 +20,8 @@ line it rests on, so the evidence a verdict shows is still a real line):
   in the input, show no Python traceback: ``os._exit`` or a C-level ``exit``.
 * ``fact-restarted``: the nanny restarted it after an exit it did not ask for, and nothing says why.
 * ``fact-no-evidence``: nothing at all says why it ended.
+* ``fact-counted-death`` (``counted_death``, not of an incarnation): the scheduler counted a death against a
+  task that gave up (KilledWorker) and no line of the input shows that death.
 
 Does not cover: what a fact means for the verdict (the ``rules/facts/`` files) or weighing votes.
 """
@@ -273,6 +275,12 @@ def _own_lines(inc: Incarnation) -> bool:
                for e in inc.events)
 
 
+def counted_death(killed: Event) -> Event:
+    """A death the scheduler counted against a task (Dask's ``Task X marked as failed because N workers died
+    while trying to run it``) that no line of the input shows: a fact, so that a rule gives its verdict."""
+    return _fact("fact-counted-death", killed, task=killed.get("key"))
+
+
 def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[Event]:
     """The facts about ``inc``'s end (see the module doc); ``evidence`` is what the classifier gathered."""
     facts: list[Event] = []
@@ -307,7 +315,10 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
     status = exit_status(inc)
     if status is not None and _own_lines(inc) and not _has_exception(evidence) and not chose_first(inc):
         facts.append(_fact("fact-silent-exit", inc.slots["exit"][0], exitcode=status))
-    if slots and slots <= {"restart", "unregister"}:
+    # the nanny restarted it, and at most the scheduler's plain removal is beside it (which says it left, not why)
+    restarted = slots & {"restart", "unregister"}
+    if restarted and slots - {"removed"} <= {"restart", "unregister"} \
+            and all(removal_lost(e) for e in inc.slots.get("removed", ())):
         facts.append(_fact("fact-restarted", inc.slots.get("restart", inc.slots.get("unregister"))[0]))
     if first_end is not None:
         facts.append(_fact("fact-no-evidence", first_end))

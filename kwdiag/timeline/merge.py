@@ -61,8 +61,14 @@ def scheduler_view(events: Iterable[Event]) -> list[Incarnation]:
 
 
 def _retells(cur: Incarnation, e: Event) -> bool:
-    """``e`` and a line ``cur`` already has tell one fact, one first-hand and one a copy (a run directory with
-    both the scheduler plugin's records and Dask's text log): same kind, within ``MIRROR_SECONDS``."""
+    """``e`` and a line ``cur`` already has tell one fact: one first-hand and one a copy (a run directory with
+    both the scheduler plugin's records and Dask's text log), same kind, within ``MIRROR_SECONDS``; or two
+    lines of one removal (Dask's ``Remove worker`` and its ``Removing worker ... caused the cluster to lose``
+    name the same stimulus)."""
+    stimulus = e.get("stimulus")
+    if e.kind == "worker-removed" and isinstance(stimulus, str) and stimulus and any(
+            x.get("stimulus") == stimulus for x in cur.slots.get("removed", ())):
+        return True
     ts = known_ts(e)
     if ts is None:
         return False

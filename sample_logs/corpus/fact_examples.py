@@ -35,6 +35,8 @@ FACTS = ROOT / "rules" / "facts"
 MARK = "\n# Pipeline examples: written by sample_logs/corpus/fact_examples.py; do not edit by hand.\n"
 # Facts whose case is the scheduler's log alone (the corpus always has the workers' too).
 ONLY_FILES = {"fact-vanished-scheduler-only": ("scheduler.log",)}
+# Facts whose case is a paste of some lines only (the corpus's cases hold every line): the lines that hold this.
+ONLY_LINES = {"fact-counted-death": "marked as failed because"}
 
 
 def version(name: str) -> tuple[int, ...]:
@@ -46,14 +48,14 @@ def read_lines(path: Path) -> list[str]:
     return raw.decode("utf-8", "replace").splitlines()
 
 
-def case_lines(case: Path, only: tuple[str, ...] | None) -> list[tuple[str, str]]:
+def case_lines(case: Path, only: tuple[str, ...] | None, holding: str | None = None) -> list[tuple[str, str]]:
     out = []
     for f in sorted(case.iterdir()):
         if not f.name.endswith((".log", ".log.gz")):
             continue
         name = f.name.removesuffix(".gz")
         if only is None or name in only:
-            out += [(name, line) for line in read_lines(f)]
+            out += [(name, line) for line in read_lines(f) if holding is None or holding in line]
     return out
 
 
@@ -108,6 +110,10 @@ def candidates() -> dict[str, list[tuple[Path, str, str, str]]]:
             for w, c, d, rs in verdicts(case_lines(case, files)):
                 if rs and rs[0] == rule_id:
                     found[rule_id].append((case, w, c, d, True))
+        for rule_id, text in ONLY_LINES.items():
+            for w, c, d, rs in verdicts(case_lines(case, None, text)):
+                if rs and rs[0] == rule_id:
+                    found[rule_id].append((case, w, c, d, True))
         for w, c, d, rs in verdicts(case_lines(case, None)):
             for r in rs:
                 if r.startswith("fact-"):
@@ -146,7 +152,7 @@ def main() -> None:
             case, worker, cause, detail, _ = entry
             if case.parent.name in versions or len(chosen) >= args.per_rule:
                 continue
-            lines = case_lines(case, ONLY_FILES.get(rule_id))
+            lines = case_lines(case, ONLY_FILES.get(rule_id), ONLY_LINES.get(rule_id))
             kept = trim(lines, lambda ls: gives(ls, rule_id, cause, detail))
             if not gives(kept, rule_id, cause, detail):
                 continue
