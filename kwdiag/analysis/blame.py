@@ -61,8 +61,9 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
             keys = set(blamed_at[task])
             counted = [d for d in deaths if (d.worker, d.incarnation) in keys]
         else:
-            before = sorted((d for d in [*deaths, *unseen] if d.failure and d.at is not None
-                             and d.at <= first.ts + 1.0), key=lambda d: d.at)
+            # a death of unknown time (a paste without timestamps) is counted as before: it cannot be placed after
+            before = sorted((d for d in [*deaths, *unseen] if d.failure and (d.at is None or d.at <= first.ts + 1.0)),
+                            key=lambda d: (d.at is not None, d.at or 0.0))
             if n and len(before) < n:
                 more = _unseen_deaths(first, n - len(before), len(unseen), rules, file_runtime or {})
                 unseen += more
@@ -102,7 +103,7 @@ def _unseen_deaths(killed: Event, k: int, already: int, rules: RuleSet,
     hints = hints_for([rule], runtimes_of({killed.origin.file} if killed.origin else set(), file_runtime),
                       {"task": task_key(killed)})
     return [Death(worker=UNSEEN, incarnation=already + i + 1, cause=rule.verdict.cause, detail=rule.verdict.detail,
-                  confidence=0.0, at=killed.ts, evidence=(evidence_of(killed, rule),), hints=hints, rules=(rule.id,),
+                  confidence=0.0, at=None if killed.get("ts_unknown") else killed.ts, evidence=(evidence_of(killed, rule),), hints=hints, rules=(rule.id,),
                   severity=rule.severity, summary=rule.title, alternatives=rule.verdict.alternatives)
             for i in range(k)]
 
