@@ -44,13 +44,15 @@ def register(app: typer.Typer) -> None:
         tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: this client's key."),
         note_for: Optional[str] = typer.Option(None, "--note-for", help="Print only the few lines kwdiag adds to "
                                                                         "the KilledWorker of this task."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display and no warnings about the "
+                                                                "inputs (errors are still printed)."),
     ) -> None:
         """Explain every worker death in saved logs (kwdiag's and Dask's), or in a live Dask cluster: cause,
         evidence, fix."""
         if dask_scheduler or scheduler_file:
             paths = [*(paths or ()), _fetch_live(dask_scheduler, scheduler_file, save, tls_ca_file, tls_cert,
                                                  tls_key)]
-        _explain(list(paths or ()), fmt, rules_dirs, output, html_path, verbose, note_for)
+        _explain(list(paths or ()), fmt, rules_dirs, output, html_path, verbose, note_for, quiet)
 
     @rules_app.command("list")
     def rules_list(rules_dirs: Optional[List[str]] = typer.Option(None, "--rules", help="Also your own rules.")) -> None:
@@ -140,7 +142,7 @@ def _fetch_live(address: Optional[str], scheduler_file: Optional[str], save: Opt
 
 
 def _explain(paths: list[str], fmt: str, rules_dirs: Optional[List[str]], output: Optional[str],
-             html_path: Optional[str], verbose: bool, note_for: Optional[str]) -> None:
+             html_path: Optional[str], verbose: bool, note_for: Optional[str], quiet: bool = False) -> None:
     """``kwdiag explain``'s work once its options are read: analyze, then write the report (or only the note)."""
     from kwdiag.errors import USAGE, KwdiagError
 
@@ -148,9 +150,11 @@ def _explain(paths: list[str], fmt: str, rules_dirs: Optional[List[str]], output
         raise KwdiagError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})", USAGE)
     if not paths:
         raise KwdiagError("give log files or folders to explain, or --dask-scheduler ADDRESS", USAGE)
+    from kwdiag.cli_io import ReadingProgress
     from kwdiag.pipeline import analyze
 
-    report = analyze(paths, rules_dirs or ())
+    with ReadingProgress(enabled=not quiet) as progress:
+        report = analyze(paths, rules_dirs or (), on_progress=progress.update)
     if note_for is not None:
         from kwdiag.report.note import killed_worker_note
 
@@ -187,5 +191,5 @@ def _explain(paths: list[str], fmt: str, rules_dirs: Optional[List[str]], output
                 fh.write(page)
         except OSError as exc:
             raise KwdiagError(f"cannot write {html_path}: {exc.strerror or exc}", USAGE) from None
-    if print_problems(report):
+    if print_problems(report, warnings=not quiet):
         raise typer.Exit(USAGE)

@@ -24,8 +24,50 @@ def open_output(path: str | None, option: str = "--output") -> TextIO:
         raise KwdiagError(f"cannot write {path}: {exc.strerror or exc}", USAGE) from None
 
 
-def print_problems(report) -> bool:
-    """Each input problem of ``report`` as one line on stderr; True if any is an error."""
+def print_problems(report, warnings: bool = True) -> bool:
+    """Each input problem of ``report`` as one line on stderr (``warnings``: the warnings too); True if any is an
+    error."""
     for p in report.problems:
-        print(f"kwdiag: {'error' if p.level == 'error' else 'warning'}: {p.path}: {p.message}", file=sys.stderr)
+        if p.level == "error" or warnings:
+            print(f"kwdiag: {'error' if p.level == 'error' else 'warning'}: {p.path}: {p.message}", file=sys.stderr)
     return bool(report.input_errors)
+
+
+class ReadingProgress:
+    """A progress bar on stderr while logs are read (bytes, MB/s, workers some end line was read about), shown only
+    on a terminal, and only once reading has taken ``after`` seconds: a quick explain prints nothing extra."""
+
+    def __init__(self, enabled: bool = True, after: float = 2.0):
+        import time
+
+        self.enabled = enabled and sys.stderr.isatty()
+        self.after = after
+        self.started = time.monotonic()
+        self._bar = None
+        self._task = None
+
+    def update(self, progress) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        if self._bar is None:
+            if time.monotonic() - self.started < self.after:
+                return
+            from rich.console import Console
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+
+            self._bar = Progress(TextColumn("reading logs"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                 TimeRemainingColumn(), TextColumn("{task.fields[ended]} worker(s) ended so far"),
+                                 console=Console(stderr=True), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("read", total=progress.total, ended=0)
+        self._bar.update(self._task, completed=progress.done, ended=progress.workers_ended)
+
+    def __enter__(self) -> "ReadingProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()

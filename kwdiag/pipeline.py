@@ -9,23 +9,25 @@ Does not cover: rendering (``kwdiag.report``) or the command line.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kwdiag.analysis import analyze_events
 from kwdiag.analysis.model import Report
 from kwdiag.engine import RuleSet, load_rules
-from kwdiag.readers import read_events
+from kwdiag.readers import Progress, read_events
 
 
-def analyze(paths: Iterable[str], rules_dirs: Iterable[str] = (), *, rules: RuleSet | None = None) -> Report:
-    """Read ``paths`` (files, directories, ``-``, gzip) and explain every worker death in them.
+def analyze(paths: Iterable[str], rules_dirs: Iterable[str] = (), *, rules: RuleSet | None = None,
+            on_progress: Callable[[Progress], None] | None = None) -> Report:
+    """Read ``paths`` (files, directories, ``-``, gzip) and explain every worker death in them; ``on_progress`` is
+    told how far the reading is after each block (``kwdiag.readers.Progress``).
 
     Never raises for bad input: unreadable inputs become ``Report.problems``. Broken rule files
     raise ``KwdiagError`` (USAGE).
     """
     if rules is None:
         rules = load_rules(rules_dirs)
-    events, results, problems = read_events(list(paths), rules)
+    events, results, problems = read_events(list(paths), rules, on_progress)
     file_runtime = {r.name: r.runtime for r in results}
     return analyze_events(events, rules, file_runtime=file_runtime, problems=problems,
                           files=[r.name for r in results], lines=sum(r.lines for r in results),

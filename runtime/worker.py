@@ -77,6 +77,7 @@ class Worker:
         self.scheduler_address = scheduler_address
         self.follower = Follower(scheduler_address, secret, scheduler_file)
         self.lost_at: float | None = None  # wall-clock time the scheduler connection broke, told to its successor
+        self.registered = False  # a scheduler has registered this process once (before that, no reconnecting)
         self.secret = secret
         self.config = config
         self.nthreads = nthreads
@@ -169,8 +170,10 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
 
-    async def _connect_scheduler(self, first: bool) -> None:
+    async def _connect_scheduler(self, first: bool, deadline: float | None = None) -> None:
         lost_at = time.monotonic()
+        if first and deadline is None:
+            deadline = lost_at + self.config["connect_timeout"]
         comm = await self._dial(first)
         if comm is None:
             return
@@ -188,9 +191,18 @@ class Worker:
                 incarnation=self.incarnation, versions=self.versions,
                 data={k: _sizeof(v) for k, v in self.data.items()}, executing=sorted(self.executing),
                 queued=[k for k in self.specs if k not in self.executing], lost_at=self.lost_at)
-        except CommClosedError:
+        except CommClosedError as exc:
             if first:
-                raise
+                # The scheduler went away while registering us (it died; a successor may be starting): try again
+                # for as long as a first connection may take, as a worker that could not connect yet does.
+                self.scheduler = None
+                reader.cancel()
+                if time.monotonic() > deadline:
+                    raise
+                logger.info("Waiting to connect to: %26s (%s, while registering)", self.scheduler_address, exc)
+                await asyncio.sleep(0.1)
+                await self._connect_scheduler(first=True, deadline=deadline)
+                return
             return  # it went away again while we registered: its closing stream starts the next attempt
         if reply.get("status") == "refused":
             self.rec.event("worker-fatal", f"Scheduler refused this worker: {reply.get('reason')}\n"
@@ -204,6 +216,7 @@ class Worker:
             return
         if reply.get("warning"):
             self.rec.event("versions-mismatch", reply["warning"], level="warning", peer="scheduler")
+        self.registered = True
         if first:
             logger.info("        Registered to: %26s", self.scheduler_address)
         else:
@@ -215,8 +228,8 @@ class Worker:
         self.lost_at = None
 
     def _on_scheduler_closed(self, stream: Stream) -> None:
-        if self.scheduler is not stream or self.closing or self.closing_requested:
-            return
+        if self.scheduler is not stream or self.closing or self.closing_requested or not self.registered:
+            return  # (before the first registration, _connect_scheduler itself tries again)
         self.scheduler = None
         self.lost_at = time.time()
         self.rec.event("scheduler-lost", f"Connection to scheduler {self.scheduler_address} has been closed; "

@@ -236,3 +236,66 @@ def test_help_does_not_load_rich_or_the_rules():
     assert r.returncode == 0, r.stderr
     loaded = eval(r.stdout)
     assert not [m for m in loaded if m.startswith(("regex", "kwdiag.analysis", "kwdiag.readers"))], loaded
+
+
+# ---------------------------------------------------------------- the progress display
+def _explain_on_a_terminal(args: list[str], blocks: list[bytes], pause: float) -> tuple[int, str]:
+    """Run ``kwdiag explain ARGS -`` with stderr on a pseudo-terminal, feeding stdin ``blocks`` with ``pause`` seconds
+    between them (a slow input: a log on a network share, a pipe from a slow shipper); its exit code and the text
+    its terminal received."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "kwdiag", "explain", *args, "-"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=slave, cwd=ROOT)
+    os.close(slave)
+    seen = bytearray()
+
+    # The terminal is read all the time, in a thread: a pseudo-terminal holds only a few KiB, and a child whose
+    # progress bar cannot be written stops reading its input.
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:        # EIO: the child's side is closed
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    for block in blocks:
+        p.stdin.write(block)
+        p.stdin.flush()
+        time.sleep(pause)          # the slowness of the input itself, not a wait for a result
+    p.stdin.close()
+    p.stdout.read()
+    code = p.wait(60)
+    reader.join(10)
+    os.close(master)
+    return code, seen.decode("utf-8", "replace")
+
+
+def _slow_log_blocks() -> list[bytes]:
+    """Three blocks just over the reader's block size each (it reads stdin 4 MiB at a time): a real scheduler log
+    with a death in the first, then an application's own lines, which the reader passes over quickly, so the
+    time is the input's slowness and not the analysis."""
+    from kwdiag.readers.scan import BLOCK
+
+    log = (ROOT / "sample_logs" / "dask-sigkill" / "scheduler.log").read_bytes()
+    filler = b"2026-11-26 10:00:00,000 - etl.batches - INFO - loaded batch of 5000 rows from s3://bucket/part\n"
+    block = filler * (BLOCK // len(filler) + 2)
+    return [log + block, block, block]
+
+
+def test_reading_that_takes_a_while_shows_progress_on_a_terminal():
+    code, terminal = _explain_on_a_terminal([], _slow_log_blocks(), pause=1.5)
+    assert code == 0, terminal
+    assert "reading logs" in terminal and "worker(s) ended so far" in terminal, terminal[-2000:]
+
+
+def test_quiet_shows_no_progress():
+    code, terminal = _explain_on_a_terminal(["--quiet"], _slow_log_blocks(), pause=1.5)
+    assert code == 0 and "reading logs" not in terminal, terminal[-2000:]

@@ -203,3 +203,48 @@ def test_a_wall_clock_jump_disturbs_no_timeout(tmp_path, log_dir):
         assert abs(exit_event.ts - shifted + 3600) < 600   # the events did see the jumps: the fake clock worked
         assert 0 < exit_event.fields["uptime"] < 600, exit_event.fields["uptime"]
         assert client.submit(inc, 1).result(timeout=60) == 2
+
+
+def test_a_scheduler_that_dies_while_registering_a_new_worker_is_waited_for_not_fatal(tmp_path):
+    """The chaos soak saw it: a worker's first registration was cut by the scheduler dying (a restart was on its
+    way); the worker exited with status 1 ('Unable to connect to scheduler'), an uninjected death. Here the
+    scheduler file first names a server that accepts the worker's connection and drops it as it registers (a
+    scheduler dying at that moment), then the real scheduler of the same cluster: the worker must wait, as
+    for a scheduler not up yet, and register with the real one."""
+    import asyncio
+    import threading
+
+    from kwdiag.runtime.comm import Listener
+    from kwdiag.runtime.identity import read_scheduler_file, write_scheduler_file
+
+    logs, real_file, worker_file = tmp_path / "logs", tmp_path / "real.json", tmp_path / "worker.json"
+    scheduler = spawn_kwdiag(["scheduler", "--scheduler-file", str(real_file), "--port", "0", "--log-dir",
+                              str(logs)], str(tmp_path / "scheduler.out"))
+    dropped = threading.Event()
+    loop = asyncio.new_event_loop()
+    try:
+        wait_until(lambda: real_file.exists(), what="the scheduler file")
+        address, secret = read_scheduler_file(str(real_file))
+
+        async def drop_at_registration(comm):
+            await comm.read()   # the worker's register-worker: the scheduler "dies" now
+            comm.abort()
+            dropped.set()
+
+        listener = Listener(secret, drop_at_registration, lambda peer, why: None)
+        threading.Thread(target=loop.run_forever, daemon=True).start()
+        fake = asyncio.run_coroutine_threadsafe(listener.start("127.0.0.1", 0), loop).result(10)
+        write_scheduler_file(str(worker_file), fake, secret)
+        worker = spawn_kwdiag(["worker", "--scheduler-file", str(worker_file), "--name", "w1", "--no-nanny",
+                               "--log-dir", str(logs)], str(tmp_path / "worker.out"))
+        try:
+            wait_until(dropped.is_set, what="the first registration to be cut")
+            write_scheduler_file(str(worker_file), address, secret)   # the successor is up
+            wait_for_event(str(logs), "worker-registered", name="w1")
+            assert worker.poll() is None, (tmp_path / "worker.out").read_text()
+            assert not read_events(str(logs), "worker-fatal")
+        finally:
+            stop(worker)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        stop(scheduler)

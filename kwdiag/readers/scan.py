@@ -48,6 +48,7 @@ class ScanStats:
     head: bytes = b""
     gzip: bool = False
     notes: list[str] = field(default_factory=list)
+    on_block: Callable[[int], None] | None = None  # told the bytes read so far after each block (progress)
 
 
 def _open(path: str | None):
@@ -65,10 +66,12 @@ LineHandler = Callable[[int, bytes, "bytes | None"], None]
 GREP_MIN = 16 << 20
 
 
-def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes] | None = None) -> ScanStats:
+def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes] | None = None,
+         on_block: Callable[[int], None] | None = None) -> ScanStats:
     """Feed every prefilter-matching line of ``path`` (None = stdin) to ``on_line``. ``literals``: the prefilter's
-    alternatives, which grep can look for in a large plain file (the same lines come out either way)."""
-    stats = ScanStats()
+    alternatives, which grep can look for in a large plain file (the same lines come out either way).
+    ``on_block``: told the bytes read so far after each block (a parallel scan tells once, at its end)."""
+    stats = ScanStats(on_block=on_block)
     raw, close = _open(path)
     try:
         head = raw.read(BLOCK)
@@ -193,6 +196,8 @@ def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: Scan
                 stats.lines += 1
             break
         stats.bytes += len(chunk)
+        if stats.on_block is not None:
+            stats.on_block(stats.bytes)
         if skipping:
             nl = chunk.find(b"\n")
             if nl == -1:

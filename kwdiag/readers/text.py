@@ -14,15 +14,16 @@ the zone of the machine that wrote them).
 from __future__ import annotations
 
 import calendar
+import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
 from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
-from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, NEAR_REMOVAL
+from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, END, NEAR_REMOVAL
 from kwdiag.readers import jsonlog
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
@@ -273,6 +274,47 @@ def events_from_tail(ev: Event, rules: RuleSet, timeouts: RuleTimeouts | None = 
     return out
 
 
+class Progress:
+    """How far reading has got, for a progress display: bytes read of ``total`` (None when not known ahead: stdin,
+    gzip), and the workers some end line was read about so far (a rough count of deaths, before analysis)."""
+
+    def __init__(self, total: int | None):
+        self.total = total
+        self.done = 0
+        self._before = 0   # the bytes of the inputs already read
+        self._ended: set = set()
+
+    @property
+    def workers_ended(self) -> int:
+        return len(self._ended)
+
+    def update(self, done_in_input: int, new_events: list[Event]) -> None:
+        self.done = self._before + done_in_input
+        for e in new_events:
+            if e.kind in END:
+                self._ended.add(e.worker or e.get("address") or e.get("pid") or id(e))
+
+    def next_input(self, nbytes: int) -> None:
+        self._before += nbytes
+        self.done = self._before
+
+
+def _total_bytes(inputs: list[Input]) -> int | None:
+    """The bytes the inputs hold, when every one is a plain file (a gzip's decompressed size is not known ahead)."""
+    total = 0
+    for inp in inputs:
+        if inp.path is None:
+            return None
+        try:
+            with open(inp.path, "rb") as f:
+                if f.read(2) == b"\x1f\x8b":
+                    return None
+                total += os.fstat(f.fileno()).st_size
+        except OSError:
+            continue
+    return total
+
+
 def _runtime_of(head: bytes, json_events: int) -> str | None:
     if b" - distributed." in head or b'"distributed.' in head:  # Dask's text layout, or its JSON logging records
         return "dask"
@@ -281,7 +323,8 @@ def _runtime_of(head: bytes, json_events: int) -> str | None:
     return None
 
 
-def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None) -> FileResult:
+def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
+               on_block: Callable[[int, list[Event]], None] | None = None) -> FileResult:
     """Read one input; never raises for bad input (problems are returned instead).
 
     ``timeouts`` is shared by the inputs of one run (rules that keep timing out are switched off).
@@ -291,7 +334,8 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None)
         timeouts = RuleTimeouts()
     state = _FileState(inp.name, rules, timeouts)
     try:
-        stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors)
+        tell = None if on_block is None else (lambda done: on_block(done, state.events))
+        stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors, tell)
     except InputUnreadable as exc:
         res.problems.append(InputProblem(inp.name, str(exc)))
         return res
@@ -343,14 +387,26 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None)
     return res
 
 
-def read_events(paths: Iterable[str], rules: RuleSet) -> tuple[list[Event], list[FileResult], list[InputProblem]]:
-    """Read every input; events of all files merged by time (stable: file order within a tie)."""
+def read_events(paths: Iterable[str], rules: RuleSet, on_progress: "Callable[[Progress], None] | None" = None
+                ) -> tuple[list[Event], list[FileResult], list[InputProblem]]:
+    """Read every input; events of all files merged by time (stable: file order within a tie). ``on_progress`` is
+    told, after each block read, how far the reading is (``Progress``)."""
     inputs, problems = expand_inputs(paths)
     results = []
     events: list[Event] = []
     timeouts = RuleTimeouts()
+    progress = Progress(total=_total_bytes(inputs))
     for inp in inputs:
-        r = read_input(inp, rules, timeouts)
+        seen = 0
+
+        def tell(done: int, file_events: list[Event]) -> None:
+            nonlocal seen
+            progress.update(done, file_events[seen:])
+            seen = len(file_events)
+            on_progress(progress)
+
+        r = read_input(inp, rules, timeouts, tell if on_progress is not None else None)
+        progress.next_input(r.bytes)
         results.append(r)
         problems.extend(r.problems)
     # kwdiag writes every fact twice: JSONL events and the same prose on stderr. With the events at hand,
