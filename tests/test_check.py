@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from kwdiag.engine import load_rules
 from kwdiag.pipeline import analyze
 from kwdiag.check import evaluate
-from kwdiag.analysis.fingerprint import fingerprint, worker_role
+from kwdiag.analysis.fingerprint import worker_role
 from kwdiag.check.policy import Policy
 from kwdiag.errors import KwdiagError
 

@@ -18,12 +18,9 @@ import io
 import json
 import os
 import re
-import sys
 import xml.etree.ElementTree as ET
-import zlib
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 

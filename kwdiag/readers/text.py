@@ -323,6 +323,43 @@ def _runtime_of(head: bytes, json_events: int) -> str | None:
     return None
 
 
+def _reading_problems(name: str, stats, state: "_FileState", timeouts: RuleTimeouts) -> list[InputProblem]:
+    """What went wrong while reading one input, as warnings and errors for the report (nothing raises)."""
+    problems = []
+    if stats.bytes == 0:
+        problems.append(InputProblem(name, "empty input", "warning"))
+    if stats.truncated:
+        problems.append(InputProblem(name, stats.truncated))
+    if stats.long_lines:
+        problems.append(InputProblem(
+            name, f"{stats.long_lines} line(s) longer than {MAX_LINE // (1 << 20)} MiB (first at line "
+            f"{stats.first_long_line}); only their first {MAX_LINE // (1 << 20)} MiB were read", "warning"))
+    try:
+        stats.head.decode("utf-8")
+        head_ok = True
+    except UnicodeDecodeError as exc:
+        head_ok = exc.start >= len(stats.head) - 4  # a character cut at the block end is fine
+    if state.bad_utf8 or not head_ok:
+        where = f" (first at line {state.first_bad_utf8})" if state.first_bad_utf8 else ""
+        problems.append(InputProblem(name, f"invalid UTF-8{where}; undecodable bytes were replaced", "warning"))
+    for (rid, file), (n, line, path) in timeouts.hits.items():
+        if file == name:
+            problems.append(InputProblem(
+                name, f"rule {rid} ({path}): a pattern ran longer than the {MATCH_TIMEOUT:g} s match timeout on "
+                f"{n} line(s) (first at line {line}) and counted as not matching there"
+                + ("; the rule was switched off for the rest of this run" if timeouts.off(rid) else ""), "warning"))
+    if state.bad_times:
+        problems.append(InputProblem(
+            name, f"{state.bad_times} line(s) stamped with a time no clock shows (first at line "
+            f"{state.first_bad_time}); each took the time of the line before it", "warning"))
+    if state.bad_json:
+        ln, why = state.first_bad_json
+        problems.append(InputProblem(
+            name, f"{state.bad_json} line(s) look like kwdiag events but could not be decoded "
+            f"(first at line {ln}: {why})", "warning"))
+    return problems
+
+
 def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
                on_block: Callable[[int, list[Event]], None] | None = None) -> FileResult:
     """Read one input; never raises for bad input (problems are returned instead).
@@ -352,38 +389,7 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
     res.lines, res.bytes = stats.lines, stats.bytes
     res.runtime = _runtime_of(stats.head, state.json_events)
     res.json_events = state.json_events
-    if stats.bytes == 0:
-        res.problems.append(InputProblem(inp.name, "empty input", "warning"))
-    if stats.truncated:
-        res.problems.append(InputProblem(inp.name, stats.truncated))
-    if stats.long_lines:
-        res.problems.append(InputProblem(
-            inp.name, f"{stats.long_lines} line(s) longer than {MAX_LINE // (1 << 20)} MiB (first at line "
-            f"{stats.first_long_line}); only their first {MAX_LINE // (1 << 20)} MiB were read", "warning"))
-    try:
-        stats.head.decode("utf-8")
-        head_ok = True
-    except UnicodeDecodeError as exc:
-        head_ok = exc.start >= len(stats.head) - 4  # a character cut at the block end is fine
-    if state.bad_utf8 or not head_ok:
-        where = f" (first at line {state.first_bad_utf8})" if state.first_bad_utf8 else ""
-        res.problems.append(InputProblem(inp.name, f"invalid UTF-8{where}; undecodable bytes were replaced",
-                                         "warning"))
-    for (rid, file), (n, line, path) in timeouts.hits.items():
-        if file == inp.name:
-            res.problems.append(InputProblem(
-                inp.name, f"rule {rid} ({path}): a pattern ran longer than the {MATCH_TIMEOUT:g} s match timeout on "
-                f"{n} line(s) (first at line {line}) and counted as not matching there"
-                + ("; the rule was switched off for the rest of this run" if timeouts.off(rid) else ""), "warning"))
-    if state.bad_times:
-        res.problems.append(InputProblem(
-            inp.name, f"{state.bad_times} line(s) stamped with a time no clock shows (first at line "
-            f"{state.first_bad_time}); each took the time of the line before it", "warning"))
-    if state.bad_json:
-        ln, why = state.first_bad_json
-        res.problems.append(InputProblem(
-            inp.name, f"{state.bad_json} line(s) look like kwdiag events but could not be decoded "
-            f"(first at line {ln}: {why})", "warning"))
+    res.problems += _reading_problems(inp.name, stats, state, timeouts)
     return res
 
 
