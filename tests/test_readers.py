@@ -264,3 +264,44 @@ def test_without_grep_a_large_file_is_still_read(tmp_path, monkeypatch):
     assert grep_offsets(str(SIGKILL_W1), RULES.anchors) is None
     r = _sigkill_report([SIGKILL_W1])
     assert_deaths(r.deaths, CLEAN)
+
+
+# ---------------------------------------------------------------- JSON log records (python-json-logger and kin)
+JSON_SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs" / "dask-json-logging"
+
+
+def _deaths_and_errors(folder) -> tuple[list, int]:
+    report = analyze([str(folder)], rules=load_rules())
+    return sorted((d.worker, d.incarnation, d.cause, d.detail) for d in report.deaths), len(report.task_errors)
+
+
+@pytest.mark.parametrize("shape", ["reversed-fields", "ecs-names", "epoch-created"])
+def test_json_log_records_mean_the_same_whatever_their_fields(tmp_path, shape):
+    """The real JSON logs of sample_logs/dask-json-logging (Dask's logging config with python-json-logger), with
+    each record's fields in reverse order, or under the names ECS shippers use (``@timestamp``, ``log.level``,
+    ``log.logger``), or with the time as epoch seconds: the same deaths and task errors as the logs as written."""
+    import calendar
+    import time as time_module
+
+    want = _deaths_and_errors(JSON_SAMPLE)
+    assert want[0] and want[1] == 1, want  # the sample itself: a SIGKILL, two shutdowns, one task error
+    for log in JSON_SAMPLE.glob("*.log"):
+        out = []
+        for line in log.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                out.append(line)   # a line a process printed without the formatter (a traceback, a print)
+                continue
+            if shape == "reversed-fields":
+                record = dict(reversed(list(record.items())))
+            elif shape == "ecs-names":
+                record = {"@timestamp": record["asctime"].replace(" ", "T").replace(",", "."),
+                          "log": {"level": record["levelname"].lower(), "logger": record["name"]},
+                          "message": record["message"]}
+            else:
+                stamp, ms = record.pop("asctime").split(",")
+                record["created"] = calendar.timegm(time_module.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+            out.append(json.dumps(record))
+        (tmp_path / log.name).write_text("\n".join(out) + "\n")
+    assert _deaths_and_errors(tmp_path) == want

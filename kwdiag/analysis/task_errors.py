@@ -1,7 +1,7 @@
 """Task errors: tasks that raised, reported so users see them and never counted as worker deaths. Pure.
 
 Covers: one ``TaskError`` per erred task; the lines of one Dask ``Compute Failed`` block (its ``Key:``
-and ``Exception:`` lines) are merged into one.
+and ``Exception:`` lines, in a text log or inside one JSON record's message) are merged into one.
 
 Does not cover: worker deaths (``kwdiag.analysis.classify``).
 """
@@ -24,7 +24,7 @@ def task_errors(tl: Timeline, rules: RuleSet) -> list[TaskError]:
         part = e.get("part")
         prev = groups[-1][-1] if groups else None
         if (part and prev is not None and prev.origin and e.origin and prev.origin.file == e.origin.file
-                and 0 < e.origin.line - prev.origin.line <= 8):
+                and 0 <= e.origin.line - prev.origin.line <= 8):   # 0: one JSON record carries the whole block
             groups[-1].append(e)
         else:
             groups.append([e])
