@@ -327,44 +327,18 @@ class Client:
                  deserializers: Any = None, direct_to_workers: Any = None, connection_limit: int = 512, *,
                  secret: bytes | str | None = None, **cluster_kwargs: Any):
         """Connect to a scheduler (an address, a scheduler file, a LocalCluster, the environment, or a new
-        LocalCluster as Dask does, with ``cluster_kwargs`` such as ``n_workers``). Over 60 lines on purpose:
-        those five ways in, in the order Dask resolves them, then the state every later call reads."""
-        from kwdiag.runtime.cluster import LocalCluster  # only for Client() with no address: it starts one
-
+        LocalCluster as Dask does, with ``cluster_kwargs`` such as ``n_workers``), then set up the state every
+        later call reads."""
         if asynchronous:
             _unsupported("asynchronous", asynchronous, "every call blocks (the event loop runs in a thread)")
         if serializers or deserializers:
             _unsupported("serializers" if serializers else "deserializers", serializers or deserializers,
                          "task payloads are always cloudpickled")
         self.id = name or f"Client-{uuid.uuid4().hex[:12]}"
-        self.cluster: LocalCluster | None = None
+        self.cluster: Any = None
         self._owns_cluster = False
-        log_dir = os.environ.get("KWDIAG_LOG_DIR") or None
-        if isinstance(secret, str):
-            secret = bytes.fromhex(secret)
-        if address is None and scheduler_file is None:
-            scheduler_file = os.environ.get("KWDIAG_SCHEDULER_FILE") or None
-            if scheduler_file is None:
-                address = os.environ.get("KWDIAG_SCHEDULER_ADDRESS") or None
-                if address is None:
-                    address = LocalCluster(**cluster_kwargs)
-                    self._owns_cluster = True
-        elif cluster_kwargs:
-            raise TypeError(f"unexpected keyword arguments {sorted(cluster_kwargs)} (they are LocalCluster's, "
-                            "for a Client that starts its own cluster)")
-        if isinstance(address, LocalCluster):
-            self.cluster = address
-            address, secret, log_dir = address.scheduler_address, address.secret, address.log_dir
-            security = security or self.cluster.security
-        elif scheduler_file is not None:
-            from kwdiag.runtime.identity import read_scheduler_file
-
-            address, file_secret = read_scheduler_file(scheduler_file)
-            secret = secret or file_secret
-        if secret is None and os.environ.get("KWDIAG_SECRET"):
-            secret = bytes.fromhex(os.environ["KWDIAG_SECRET"])
-        if not secret:
-            raise ValueError("no shared secret for the scheduler: pass scheduler_file=, secret=, or set KWDIAG_SECRET")
+        address, secret, security, log_dir = self._resolve_scheduler(address, scheduler_file, secret, security,
+                                                                     cluster_kwargs)
         self.scheduler_address: str = address
         self.secret: bytes = secret
         self.security = security
@@ -397,6 +371,10 @@ class Client:
         self.versions = versions_mod.collect(self.config["versions_packages"])
         self.handlers = {"key-in-memory": self._on_in_memory, "task-erred": self._on_erred,
                          "key-lost": self._on_lost, "cancelled": self._on_cancelled, "retrying": self._on_retrying}
+        self._start(timeout, set_as_default)
+
+    def _start(self, timeout: float, set_as_default: bool) -> None:
+        """Connect (closing the cluster this client started if that fails) and become the default client."""
         try:
             warning = self._loop.run(self._connect(first=True), timeout + 5).get("warning")
         except BaseException:
@@ -410,7 +388,42 @@ class Client:
         self.rec.event("client-start", f"Client {self.id} connected to {self.scheduler_address}",
                        scheduler=self.scheduler_address)
         if warning:
-            warnings.warn(VersionMismatchWarning(warning), stacklevel=2)
+            warnings.warn(VersionMismatchWarning(warning), stacklevel=3)  # at the user's Client(...) line
+
+    def _resolve_scheduler(self, address: Any, scheduler_file: str | None, secret: bytes | str | None,
+                           security: Security | None, cluster_kwargs: dict) -> tuple[str, bytes, Any, str | None]:
+        """(address, secret, security, log dir) of the scheduler to connect to, in the order Dask resolves them:
+        an address or a LocalCluster given, a scheduler file, the environment, else a new LocalCluster (which
+        this client then owns and closes)."""
+        from kwdiag.runtime.cluster import LocalCluster  # only for Client() with no address: it starts one
+
+        log_dir = os.environ.get("KWDIAG_LOG_DIR") or None
+        if isinstance(secret, str):
+            secret = bytes.fromhex(secret)
+        if address is None and scheduler_file is None:
+            scheduler_file = os.environ.get("KWDIAG_SCHEDULER_FILE") or None
+            if scheduler_file is None:
+                address = os.environ.get("KWDIAG_SCHEDULER_ADDRESS") or None
+                if address is None:
+                    address = LocalCluster(**cluster_kwargs)
+                    self._owns_cluster = True
+        elif cluster_kwargs:
+            raise TypeError(f"unexpected keyword arguments {sorted(cluster_kwargs)} (they are LocalCluster's, "
+                            "for a Client that starts its own cluster)")
+        if isinstance(address, LocalCluster):
+            self.cluster = address
+            address, secret, log_dir = address.scheduler_address, address.secret, address.log_dir
+            security = security or self.cluster.security
+        elif scheduler_file is not None:
+            from kwdiag.runtime.identity import read_scheduler_file
+
+            address, file_secret = read_scheduler_file(scheduler_file)
+            secret = secret or file_secret
+        if secret is None and os.environ.get("KWDIAG_SECRET"):
+            secret = bytes.fromhex(os.environ["KWDIAG_SECRET"])
+        if not secret:
+            raise ValueError("no shared secret for the scheduler: pass scheduler_file=, secret=, or set KWDIAG_SECRET")
+        return address, secret, security, log_dir
 
     # ---------------------------------------------------------------- the default client, and Dask's scheduler
     def _set_as_default(self) -> None:

@@ -305,3 +305,23 @@ def test_json_log_records_mean_the_same_whatever_their_fields(tmp_path, shape):
             out.append(json.dumps(record))
         (tmp_path / log.name).write_text("\n".join(out) + "\n")
     assert _deaths_and_errors(tmp_path) == want
+
+
+# ---------------------------------------------------------------- collectors' prefixes
+@pytest.mark.parametrize("line,who,ts", [
+    ("worker-1    | 2026-11-26 22:57:49,916 - distributed.worker - INFO - x", "worker-1", None),
+    ("[pod/dask-worker-2-5c7d9f8b6-x2k4q/worker] 2026-11-26T22:57:26.739800214Z 2026-11-26 22:57:26,739 - "
+     "distributed.worker - INFO - y", "pod/dask-worker-2-5c7d9f8b6-x2k4q/worker", None),
+    ("2026-11-26T22:57:49+0000 node-1 dask[21384]: Fatal Python error: Segmentation fault", "node-1 dask[21384]",
+     1795733869.0),
+    ("2026-11-26T23:57:49.250000+01:00 node-1 dask[7]: 2026-11-26 22:57:49,916 - distributed.nanny - INFO - z",
+     "node-1 dask[7]", 1795733869.25),
+    ("2026-11-26 22:57:49,916 - distributed.worker - INFO - no collector", None, None),
+])
+def test_a_collectors_prefix_names_the_process(line, who, ts):
+    from kwdiag.readers.shapes import unwrap_from
+
+    text, got_ts, got_who = unwrap_from(line)
+    assert got_who == who and got_ts == ts
+    assert not text.startswith(("worker-1", "[pod/", "2026-11-26T"))
+

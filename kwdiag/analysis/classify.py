@@ -31,7 +31,7 @@ from kwdiag.analysis.vote import Decision, Vote, decide
 from kwdiag.engine import Rule, RuleSet
 from kwdiag.events import Event
 from kwdiag.kinds import CONTEXT, LIFECYCLE, QUIET, START_LIKE
-from kwdiag.timeline import Incarnation, Timeline, known_ts
+from kwdiag.timeline import Incarnation, Timeline, known_ts, stream_of
 
 CRASH_WINDOW = 60.0  # crash evidence (tracebacks, dumps) counts if this close before/after the end
 ENV_WINDOW = 120.0  # environment evidence without a pid counts if this close in time
@@ -68,7 +68,7 @@ def gather(inc: Incarnation, tl: Timeline) -> list[Event]:
 def _stream_context(inc: Incarnation, tl: Timeline) -> list[Event]:
     """Lines of the incarnation's file that name no process (a signal to the process several workers
     share, "End worker") shortly before or at its end."""
-    ends = [e for e in inc.end_events if e.origin is not None and e.origin.file == inc.stream]
+    ends = [e for e in inc.end_events if e.origin is not None and stream_of(e) == inc.stream]
     if not ends or inc.stream not in tl.stream_context:
         return []
     last_line = max(e.origin.line for e in ends)

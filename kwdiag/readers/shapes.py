@@ -3,9 +3,12 @@
 Covers: markdown quote markers (``> ``) and code-block indentation, a terminal's echoed ``^C``, the
 prefixes ``kubectl logs --prefix`` (``[pod/name/container] ``) and ``docker compose logs``
 (``worker-1  | ``) add, syslog/journal prefixes (``Nov 21 10:56:57 host kernel: ``, ``host dask-worker[123]:
-``) and timestamps in front of a Dask line from ``kubectl logs --timestamps`` or a log shipper, which are
-then the line's time. ``unwrap(line) -> (line, ts)``; markdown fences and blank lines are skipped by
-``is_noise``. Pure functions.
+``, and ``journalctl -o short-iso``'s ``2026-11-21T10:56:57+0000 host dask[123]: ``) and timestamps in front of
+a Dask line from ``kubectl logs --timestamps`` or a log shipper, which are then the line's time.
+``unwrap(line) -> (line, ts)``; ``unwrap_from(line) -> (line, ts, who)`` also says which process the wrapper
+names (the compose service, the kubectl pod and container, the journal's identifier and pid): in a stream
+that merges several processes that is the only sure sign of who said a line. Markdown fences and blank lines
+are skipped by ``is_noise``. Pure functions.
 
 Does not cover: Dask's own line layout and timestamps (``kwdiag.readers.text.parse_prefix``), which the
 unwrapped line keeps.
@@ -13,15 +16,19 @@ unwrapped line keeps.
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
 
 _QUOTE = re.compile(r"^(?:\s*>)+ ?")
 _CTRL_C = re.compile(r"^\^C")
-_KUBECTL = re.compile(r"^\[(?:pod|deployment|job|statefulset|daemonset)/[^\]\s]+\]\s")
-_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s*\|\s")
+_KUBECTL = re.compile(r"^\[((?:pod|deployment|job|statefulset|daemonset)/[^\]\s]+)\]\s")
+_COMPOSE = re.compile(r"^([A-Za-z0-9][\w.-]{0,62})\s*\|\s")
 # "Nov 21 10:56:57 host kernel: msg" / "Nov 21 10:56:57 host dask-worker[123]: msg" (journalctl, syslog)
-_SYSLOG = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d:\d\d:\d\d) \S+ [\w./@-]+(?:\[\d+\])?: ")
+_SYSLOG = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d:\d\d:\d\d) (\S+ [\w./@-]+(?:\[\d+\])?): ")
+# "2026-11-21T10:56:57+0000 host dask[123]: msg" (journalctl -o short-iso; short-iso-precise has microseconds)
+_JOURNAL_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d) "
+                          r"(\S+ [\w./@-]+(?:\[\d+\])?): ")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                        "Dec"), 1)}
 # An ISO timestamp in front of a line that has a timestamp of its own (kubectl --timestamps, shippers).
@@ -40,24 +47,51 @@ def unwrap(line: str, year: int | None = None) -> tuple[str, float | None]:
 
     ``year``: syslog lines carry none; the current year is assumed unless given.
     """
+    line, ts, _ = unwrap_from(line, year)
+    return line, ts
+
+
+def unwrap_from(line: str, year: int | None = None) -> tuple[str, float | None, str | None]:
+    """``unwrap``, and the process the outermost collector's prefix names (None when there is none)."""
     ts = None
+    who = None
     for _ in range(4):  # wrappers nest (a quoted kubectl line); a bounded number of passes
         before = line
         line = _QUOTE.sub("", line)
         line = _CTRL_C.sub("", line)
         m = _KUBECTL.match(line) or _COMPOSE.match(line)
         if m and not _DASK_TS.match(line):
+            who = who or m.group(1)
             line = line[m.end():]
         m = _SYSLOG.match(line)
         if m:
             ts = _syslog_time(m.group(1), m.group(2), m.group(3), year)
+            who = who or m.group(4)
+            line = line[m.end():]
+        m = _JOURNAL_ISO.match(line)
+        if m:
+            ts = _iso_time(m.group(1), m.group(2))
+            who = who or m.group(3)
             line = line[m.end():]
         m = _LEADING_ISO.match(line)
         if m and _DASK_TS.match(line[m.end():]):
             line = line[m.end():]  # the Dask line's own time is the one to read
         if line == before:
             break
-    return line.strip(), ts
+    return line.strip(), ts, who
+
+
+def _iso_time(stamp: str, zone: str) -> float | None:
+    try:
+        whole, _, frac = stamp.partition(".")
+        t = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        return None
+    if zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        t -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return t
 
 
 def _syslog_time(month: str, day: str, hms: str, year: int | None) -> float | None:

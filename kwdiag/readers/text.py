@@ -27,12 +27,17 @@ from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, END, NEAR_REMOVAL
 from kwdiag.readers import jsonlog
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
-from kwdiag.readers.shapes import is_noise, unwrap
+from kwdiag.readers.shapes import is_noise, unwrap, unwrap_from
 
 DASK_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s+-\s+(\S+)\s+-\s+([A-Z]+)\s+-\s?(.*)$"
 )
-ISO_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s")
+ISO_PREFIX = re.compile(r"^\[?(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\]?\s")
+# In a custom ``logging`` format ("[%(asctime)s] %(levelname)-8s %(name)s: %(message)s" and the like) the level
+# and Dask's logger follow the stamp in some order: found near the line's start.
+CUSTOM_LEVEL = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
+DASK_LOGGER = re.compile(rb"[\s\[(]distributed\.(?:worker|nanny|scheduler|core|dask_worker|comm)\b")
+CUSTOM_LOGGER = re.compile(r"\b(distributed(?:\.\w+)*|kwdiag(?:\.\w+)*|tornado\.\w+)\b")
 DMESG_T = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]")
 IMPOSSIBLE_STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")  # a stamp's shape (its value did not parse)
 TS_MIN, TS_MAX = -1e10, 253402300800.0  # event times a calendar can show (years 1653 to 9999)
@@ -85,7 +90,10 @@ def parse_prefix(text: str) -> tuple[float | None, str | None, str | None, str]:
     m = ISO_PREFIX.match(text)
     if m:
         d, hms, frac, tz = m.groups()
-        return _epoch(d, hms, frac, tz), None, None, text[m.end():]
+        rest = text[m.end():]
+        level, logger = CUSTOM_LEVEL.search(rest, 0, 40), CUSTOM_LOGGER.search(rest, 0, 80)
+        return (_epoch(d, hms, frac, tz), logger.group(1) if logger else None,
+                LEVELS[level.group(1)] if level else None, rest)
     m = DMESG_T.match(text)
     if m:
         try:
@@ -196,7 +204,7 @@ class _FileState:
         if is_noise(text):
             return
         origin = Origin(self.name, lineno)
-        unwrapped, wrapper_ts = unwrap(text)
+        unwrapped, wrapper_ts, who = unwrap_from(text)
         if unwrapped != text:
             text, candidates = unwrapped, None  # the wrapper's prefix gone: look for the rules again
         ts, logger, level, msg = parse_prefix(text)
@@ -213,13 +221,15 @@ class _FileState:
         else:
             self.last_ts = ts
         for rule, groups in self.rules.match_line(text, self.timeouts, candidates):
-            self._emit(rule, groups, ts, level, clean(text), origin)
+            self._emit(rule, groups, ts, level, clean(text), origin, who)
 
     def _emit(self, rule, groups: dict[str, Any], ts: float | None, level: str | None, text: str,
-              origin: Origin) -> None:
+              origin: Origin, who: str | None = None) -> None:
         fields: dict[str, Any] = dict(rule.emit_fields)
         fields.update(groups)
         fields["rule"] = rule.id
+        if who is not None:  # the collector's prefix: which process said it, in a file several share
+            fields["stream"] = who
         # Whether the line speaks for the process whose log this is (the timeline attributes it within
         # the file) or names whom it is about itself (the scheduler's lines, the environment's).
         fields["ctx"] = rule.context
@@ -316,7 +326,8 @@ def _total_bytes(inputs: list[Input]) -> int | None:
 
 
 def _runtime_of(head: bytes, json_events: int) -> str | None:
-    if b" - distributed." in head or b'"distributed.' in head:  # Dask's text layout, or its JSON logging records
+    # Dask's text layout, its JSON logging records, or a custom format naming Dask's loggers
+    if b" - distributed." in head or b'"distributed.' in head or DASK_LOGGER.search(head):
         return "dask"
     if json_events or b" - kwdiag." in head:
         return "kwdiag"

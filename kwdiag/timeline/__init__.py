@@ -28,10 +28,11 @@ from kwdiag.timeline.model import (
     Timeline,
     known_ts,
     slot_of,
+    stream_of,
 )
 from kwdiag.timeline.streams import StreamAttributor
 
-__all__ = ["build_timeline", "Timeline", "Incarnation", "IncarnationSpan", "known_ts", "slot_of"]
+__all__ = ["build_timeline", "Timeline", "Incarnation", "IncarnationSpan", "known_ts", "slot_of", "stream_of"]
 
 _OWN_SOURCES = {"worker", "nanny"}
 
@@ -58,7 +59,7 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
         elif e.source in ENV_SOURCES:
             tl.environment.append(e)
         elif speaks_for_its_file(e):
-            streams[e.origin.file if e.origin else "?"].append(e)
+            streams[stream_of(e)].append(e)
         elif e.kind in SCHEDULER_VIEW and (isinstance(e.get("address"), str) or e.worker):
             about_others.append(e)
         elif e.kind == "worker-exit" and isinstance(e.get("pid"), int) and (e.worker or e.get("address")):

@@ -20,7 +20,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from kwdiag.events import Event
-from kwdiag.timeline.model import REPEATABLE, Incarnation, known_ts, slot_of
+from kwdiag.timeline.model import REPEATABLE, Incarnation, known_ts, slot_of, stream_of
 
 OVERLAP_TOLERANCE = 2.0  # seconds: the scheduler registers a worker a moment after it starts
 ANONYMOUS_JOIN = 5.0  # seconds between an unnamed exit line and the scheduler's removal of the same process
@@ -433,7 +433,7 @@ def _join_unnamed_exits(j: _Joiner) -> None:
         if (p.address or p.name) and p.ended:
             for e in p.end_events:
                 if e.origin is not None:
-                    by_file[e.origin.file].append((e.origin.line, known_ts(e), p))
+                    by_file[stream_of(e)].append((e.origin.line, known_ts(e), p))
     for u in unnamed:
         best, best_gap = None, None
         # the lines that made it a death (its exit, its memory kill, its restart), not what followed
@@ -441,7 +441,7 @@ def _join_unnamed_exits(j: _Joiner) -> None:
             e for e in u.end_events if e.origin is not None]
         for e in anchors:
             ts = known_ts(e)
-            for line, pts, p in by_file.get(e.origin.file, ()):
+            for line, pts, p in by_file.get(stream_of(e), ()):
                 if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u) or _started_after(p, e):
                     continue
                 if ts is not None and pts is not None:
@@ -492,7 +492,7 @@ def _join_exits_to_removals(j: _Joiner) -> None:
 def _started_after(p: Incarnation, e: Event) -> bool:
     """``p``'s start line comes after ``e`` in ``e``'s file: ``p`` is a later process than the one ``e`` ended."""
     return any(s.kind in ("worker-start", "worker-spawn") and s.origin is not None and e.origin is not None
-               and s.origin.file == e.origin.file and s.origin.line > e.origin.line for s in p.events)
+               and stream_of(s) == stream_of(e) and s.origin.line > e.origin.line for s in p.events)
 
 
 def _descending_before(lists: list[list[int]], k: int):

@@ -78,6 +78,14 @@ class IncarnationSpan:
 
 
 
+def stream_of(e: Event) -> str:
+    """The stream a line of a process's own log belongs to: its file, or, in a file that merges several
+    processes behind a collector's prefixes (compose, kubectl, journald), the file and that prefix."""
+    file = e.origin.file if e.origin else "?"
+    who = e.fields.get("stream")
+    return f"{file} | {who}" if isinstance(who, str) else file
+
+
 def slot_of(e: Event) -> str | None:
     return SLOT_OF_KIND.get(e.kind)
 
@@ -99,7 +107,7 @@ class Incarnation:
     events: list[Event] = field(default_factory=list)
     name: str | None = None  # the worker's name, when a line gives it
     kw_incarnation: int | None = None  # kwdiag's incarnation number
-    stream: str | None = None  # the file holding its own lines (None: seen only by the scheduler)
+    stream: str | None = None  # the file (or prefixed stream, ``stream_of``) holding its own lines (None: seen only by the scheduler)
     registered: bool = False
     host: str | None = None
     slots: dict[str, list[Event]] = field(default_factory=dict)

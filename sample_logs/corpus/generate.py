@@ -113,6 +113,13 @@ def run_case(version: str, case: dict, force: bool, timeout: float) -> str:
     if (dest / "labels.json").exists() and not force:
         return "%s skip (labels.json exists)" % case["id"]
     py = venvs.ensure(version, log=lambda s: print(s, flush=True))
+    json_logger = None
+    if case.get("collector") == "json":   # the formatter Dask's logging config names (pip picks one for its Python)
+        probe = [str(py), "-c", "import pythonjsonlogger, importlib.metadata as m; print(m.version('python-json-logger'))"]
+        if subprocess.run(probe, capture_output=True).returncode:
+            subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", "-q", "install",
+                            "python-json-logger"], check=True)
+        json_logger = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
     work = venvs.CACHE / "work" / version / case["id"]
     if work.exists():
         shutil.rmtree(work)
@@ -192,6 +199,8 @@ def run_case(version: str, case: dict, force: bool, timeout: float) -> str:
         "files": files,
         "runtime_s": res.get("runner_s"),
     }
+    if json_logger:
+        labels["pins"]["python-json-logger"] = json_logger
     if other_pins:
         labels["pins"]["other_worker"] = dict(other_pins, version=spec["other"]["version"],
                                               requested=venvs.requested_pins(spec["other"]["version"]))

@@ -109,6 +109,29 @@ EXTRAS = [
      "allowed_failures": 2},
 ]
 
+# How the logs are collected, as a factor of its own: every case above is Dask's default text layout, one file per
+# process. These cases run the same deaths with the processes' output collected another way, at capture time
+# (runner.py; nothing is rewritten afterwards): JSON lines through Dask's `logging` config (python-json-logger), a
+# custom `logging` format, one merged stream with compose-style prefixes in arrival order, kubectl's
+# `--timestamps --prefix` lines, and journald's `short-iso` lines (arrival times, the process's pid). They are
+# appended (not crossed into the pairwise part) so that the 70 cases of every version keep their ids and logs.
+COLLECTORS = ["json", "custom_format", "compose", "kubectl", "journald"]
+COLLECTOR_DEATHS = ["sigkill", "segfault", "nanny_memory", "sys_exit", "uncaught_exception_outside_task",
+                    "retire", "sigterm_worker_cli", "heartbeat_timeout"]
+COLLECTOR_SHORT = {"text": "", "json": "json", "custom_format": "fmt", "compose": "compose", "kubectl": "kubectl",
+                   "journald": "journald"}
+
+
+def collector_cases() -> list[dict]:
+    out = []
+    for i, col in enumerate(COLLECTORS):
+        for j, death in enumerate(COLLECTOR_DEATHS):
+            nanny = "nanny" if death in NEEDS_NANNY or (i + j) % 2 == 0 else "no-nanny"
+            out.append({"death": death, "nanny": nanny, "launch": "cli", "ports": "random", "timing": "mid",
+                        "collector": col})
+    return out
+
+
 SHORT = {"sigkill": "sigkill", "segfault": "segv", "sigabrt": "abrt", "nanny_memory": "nannymem",
          "sys_exit": "sysexit", "os_exit": "osexit", "uncaught_exception_outside_task": "uncaught",
          "heartbeat_timeout": "heartbeat", "startup_missing_preload": "nopreload",
@@ -123,7 +146,7 @@ LAUNCH_SHORT = {"cli": "cli", "local_warning": "lw", "local_info": "li"}
 
 def plan(version: str) -> list[dict]:
     cases = pairwise(SEED)
-    cases = [dict(c) for c in cases] + [dict(c) for c in EXTRAS]
+    cases = [dict(c) for c in cases] + [dict(c) for c in EXTRAS] + collector_cases()
     # sub-variants that alternate across the cases of one kind (deterministic)
     seen: dict[str, int] = {}
     rng = random.Random(SEED ^ zlib.crc32(b"variants"))
@@ -142,6 +165,8 @@ def plan(version: str) -> list[dict]:
     for i, c in enumerate(cases, 1):
         nn = "nn" if c["nanny"] == "nanny" else "nonanny"
         c["id"] = f"{i:03d}-{SHORT[c['death']]}-{LAUNCH_SHORT[c['launch']]}-{nn}-{c['ports']}-{c['timing']}"
+        if c.get("collector"):
+            c["id"] += "-" + COLLECTOR_SHORT[c["collector"]]
     return cases
 
 

@@ -210,6 +210,32 @@ def ver_tuple(v: str):
     return tuple(out)
 
 
+# ---------------------------------------------------------------- collectors
+# Dask's `logging` config (a dictConfig under `logging:`, read from DASK_CONFIG) for the collectors that change the
+# layout of every line: JSON records as ELK/Datadog/Loki setups write them, and a custom text format.
+_LOGGING = """\
+logging:
+  version: 1
+  disable_existing_loggers: false
+  formatters:
+    custom:
+      %s
+  handlers:
+    console:
+      class: logging.StreamHandler
+      formatter: custom
+  loggers:
+    distributed:
+      level: INFO
+      handlers: [console]
+      propagate: false
+"""
+LOGGING_CONFIG = {
+    "json": _LOGGING % '(): pythonjsonlogger.json.JsonFormatter\n      format: "%(asctime)s %(name)s %(levelname)s %(message)s"',
+    "custom_format": _LOGGING % 'format: "[%(asctime)s] %(levelname)-8s %(name)s (pid %(process)d): %(message)s"',
+}
+
+
 # ---------------------------------------------------------------- the run
 
 class Run:
@@ -235,6 +261,16 @@ class Run:
         self.files = []
         self.cluster = None
         self.n_marker = 0
+        self.collector = self.case.get("collector", "text")
+        self.readers = []                       # threads copying a process's output as a collector would
+        self.merge_lock = threading.Lock()
+        self.merged = None                      # compose / journald: one file for every process
+        self.config_env = {}
+        if self.collector in LOGGING_CONFIG:    # Dask's own logging config (DASK_CONFIG) chooses the layout
+            conf = self.work / "dask-config"
+            conf.mkdir(exist_ok=True)
+            (conf / "logging.yaml").write_text(LOGGING_CONFIG[self.collector])
+            self.config_env = {"DASK_CONFIG": str(conf)}
 
     # ------------------------------------------------ recording
     def note(self, s):
@@ -363,13 +399,49 @@ class Run:
         return [str(py.parent / ("dask-" + what))]
 
     def popen(self, name, argv, env=None):
-        f = open(str(self.logdir / ("%s.log" % name)), "wb")
-        self.files.append(f)
-        e = dict(os.environ, **(env or {}))
-        p = subprocess.Popen(argv, stdout=f, stderr=f, stdin=subprocess.DEVNULL, env=e, cwd=str(self.work))
+        e = dict(os.environ, **self.config_env, **(env or {}))
+        if self.collector in ("text", "json", "custom_format"):
+            f = open(str(self.logdir / ("%s.log" % name)), "wb")
+            self.files.append(f)
+            p = subprocess.Popen(argv, stdout=f, stderr=f, stdin=subprocess.DEVNULL, env=e, cwd=str(self.work))
+        else:
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=e, cwd=str(self.work))
+            t = threading.Thread(target=self.collect, args=(name, p), daemon=True)
+            t.start()
+            self.readers.append(t)
         self.procs[name] = p
         dbg("started", name, p.pid, " ".join(argv))
         return p
+
+    def collect(self, name, p):
+        """Copy one process's output line by line as it arrives, the way the case's collector stores it:
+        compose (one file, `worker-1  | ` prefixes, arrival order), kubectl (`--timestamps --prefix`, one file
+        per pod) or journald (`journalctl -o short-iso`: one file, arrival time, identifier and pid)."""
+        service = "scheduler" if name == "scheduler" else "worker-%d" % (self.names.index(name) + 1)
+        if self.collector == "kubectl":
+            out = open(str(self.logdir / ("%s.log" % name)), "wb")
+            self.files.append(out)
+        else:
+            with self.merge_lock:
+                if self.merged is None:
+                    self.merged = open(str(self.logdir / ("%s.log" % self.collector)), "wb")
+                    self.files.append(self.merged)
+                out = self.merged
+        for line in iter(p.stdout.readline, b""):
+            now = time.time()
+            if self.collector == "compose":
+                head = ("%-12s| " % (service + "-1")).encode()
+            elif self.collector == "kubectl":
+                head = ("[pod/dask-%s-5c7d9f8b6-x2k4q/%s] %s.%09dZ " % (
+                    service, "scheduler" if name == "scheduler" else "worker",
+                    time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)), int(now % 1 * 1e9))).encode()
+            else:
+                head = ("%s+0000 node-1 dask[%d]: " % (
+                    time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)), p.pid)).encode()
+            with self.merge_lock:
+                out.write(head + line if line.endswith(b"\n") else head + line + b"\n")
+                out.flush()
 
     def start_scheduler(self):
         self.sport = free_port()
@@ -1115,6 +1187,8 @@ class Run:
         if killed:
             self.note("still running 20 s after the final SIGTERM, SIGKILLed by the script: %s" % killed)
         self.res["facts"]["exit_codes"] = {n: p.returncode for n, p in self.procs.items()}
+        for t in self.readers:   # the collector copies to its end what the processes printed
+            t.join(30)
         for f in self.files:
             f.close()
 
