@@ -50,6 +50,22 @@ def test_a_cancelled_task_that_waits_on_a_running_one_never_runs(client, tmp_pat
     assert writer.status == "cancelled" and not os.path.exists(ran)
 
 
+def test_a_cancel_does_not_reach_a_dependent_dropped_before_it(client, tmp_path):
+    """Program order holds between dropping a future and a later request: ``mid`` is dropped before the cancel
+    of its input, so the cancel does not go through it (Dask's rule: only through dependents the client holds),
+    and what depends on ``mid`` gets its value. Releases of dropped futures wait a few ms for company; a cancel
+    that overtook them found ``mid`` still held and cancelled ``last`` with it (found by the property test)."""
+    go = str(tmp_path / "go")
+    first = client.submit(P.wait_for_file, go, 1)
+    mid = client.submit(P.inc, first)
+    last = client.submit(P.inc, mid)
+    del mid
+    first.cancel()
+    P.touch(go)
+    assert last.result(timeout=60) == 3
+    assert first.status == "cancelled"
+
+
 @pytest.mark.parametrize("keyword, value", [("resources", {"GPU": 1}), ("actor", True), ("actors", True)])
 def test_an_unsupported_keyword_is_refused_by_name_and_never_reaches_the_function(client, keyword, value):
     with pytest.raises(NotImplementedError, match=f"{keyword}="):

@@ -67,9 +67,9 @@ def authenticated_raw(address, secret, payload: bytes):
     """Authenticate for real, then send raw bytes; return True if the server closed the connection."""
     async def go():
         comm = await connect(address, secret)
-        await comm.stream.write(payload)
+        comm.transport.write(payload)
         try:
-            await asyncio.wait_for(comm.stream.read_bytes(1), 10)
+            await asyncio.wait_for(comm.read(), 10)
         except Exception:
             return True
         return False
@@ -192,23 +192,17 @@ def test_a_peer_that_closes_as_the_handshake_ends_is_a_closed_connection_not_a_c
     """A worker fetching from a peer that dies just after accepting (SIGKILLed mid-handshake) saw the socket gone
     and raised AttributeError, which left the fetching task stuck in the worker for good (found by
     bench/property_dags.py). connect() must say the connection closed, however the race falls."""
-    from tornado.netutil import bind_sockets
-    from tornado.tcpserver import TCPServer
-
-    from kwdiag.runtime.comm import CommClosedError, _server_handshake, connect
+    from kwdiag.runtime.comm import CommClosedError, Listener, connect
 
     secret = os.urandom(32)
 
-    class ClosesAtOnce(TCPServer):
-        async def handle_stream(self, stream, address):
-            await _server_handshake(stream, secret)
-            stream.close()
+    async def close_at_once(comm):
+        comm.abort()
 
     async def go():
-        server = ClosesAtOnce()
-        sockets = bind_sockets(0, "127.0.0.1")
-        server.add_sockets(sockets)
-        port = sockets[0].getsockname()[1]
+        server = Listener(secret, close_at_once, on_refused=lambda peer, reason: None)
+        address = await server.start("127.0.0.1", 0)
+        port = parse_address(address)[1]
         outcomes = {"closed": 0, "opened": 0}
         for _ in range(200):
             try:
