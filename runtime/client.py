@@ -571,6 +571,8 @@ class Client:
             if self._garbage:   # releases waiting for company go first, in the same frame
                 self._drain_garbage()
             self._post(message)
+            if self._stream is not None:
+                self._stream._flush()   # now, not a loop turn later: a submission is what the user waits on
         send.keep_alive = keep_alive  # type: ignore[attr-defined]  # dropped with the callback, after it ran
         self._loop.call(send)
 

@@ -31,6 +31,7 @@ import asyncio
 import collections
 import hashlib
 import hmac
+import logging
 import os
 import socket
 import ssl
@@ -39,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import msgpack
+
+logger = logging.getLogger("kwdiag.comm")
 
 MAGIC = b"KWD1"
 NONCE_BYTES = 32
@@ -153,6 +156,8 @@ class _FrameProtocol(asyncio.Protocol):
         self.lost = False
         self.lost_because: Exception | None = None
         self.peer = ""
+        # Set by Comm.deliver: decoded frames go straight to it, in the read callback (no task wakes per frame).
+        self.receiver: Callable[[list[list[dict]]], None] | None = None
         self._waiter: asyncio.Future | None = None
         self._drain_waiters: list[asyncio.Future] = []
         self._reading_paused = False
@@ -176,7 +181,8 @@ class _FrameProtocol(asyncio.Protocol):
         self.buffer += data
         if self.framing:
             self._decode()
-        self._wake()
+        if self.receiver is None or self.error is not None:
+            self._wake()
 
     def eof_received(self) -> bool:
         return False   # the transport closes; connection_lost follows
@@ -205,6 +211,7 @@ class _FrameProtocol(asyncio.Protocol):
     def _decode(self) -> None:
         buffer = self.buffer
         offset, size = 0, len(buffer)
+        frames = []
         while size - offset >= HEADER.size and self.error is None:
             (length,) = HEADER.unpack_from(buffer, offset)
             if length > self.max_frame:
@@ -226,9 +233,16 @@ class _FrameProtocol(asyncio.Protocol):
             elif not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
                 self._refuse("frame is not a list of messages")
             else:
-                self.frames.append(messages)
+                frames.append(messages)
         if offset:
             del buffer[:offset]
+        if frames and self.receiver is not None:
+            try:
+                self.receiver(frames)
+            except Exception:   # a bug in dispatch must not take the connection down with it
+                logger.exception("Dispatching frames from %s failed", self.peer)
+            return
+        self.frames.extend(frames)
         if len(self.frames) > QUEUED_FRAMES_HIGH and not self._reading_paused and not self.lost:
             self._reading_paused = True
             self.transport.pause_reading()  # type: ignore[union-attr]
@@ -309,6 +323,22 @@ class Comm:
     @property
     def closed(self) -> bool:
         return self._protocol.lost or self.transport is None or self.transport.is_closing()
+
+    async def deliver(self, receiver: Callable[[list[list[dict]]], None]) -> None:
+        """Hand every frame to ``receiver`` as it is decoded (frames decoded together, together) until the
+        connection ends, then raise why it ended (``CommClosedError``, or ``ProtocolError`` for a bad frame)."""
+        protocol = self._protocol
+        queued = list(protocol.frames)
+        protocol.frames.clear()
+        if queued:
+            receiver(queued)
+        protocol.receiver = receiver
+        try:
+            while protocol.error is None:
+                await protocol.wait()
+        finally:
+            protocol.receiver = None
+        raise protocol.error
 
     async def read(self) -> list[dict]:
         protocol = self._protocol

@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import threading
 from typing import Any, Callable
 
 from kwdiag.runtime.comm import Comm, CommClosedError, ProtocolError
@@ -56,6 +57,19 @@ async def watch_control_pipe(fd: int, on_command: Callable[[str, str], None], on
         transport.close()
 
 
+class _Dispatching(threading.local):
+    """Per thread (each runs its own loop): how deep in dispatching received frames we are, and the streams
+    that queued messages meanwhile. They are flushed when the outermost dispatch ends: what one burst of
+    frames causes leaves in one frame per stream, without waiting a loop turn for it."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.dirty: list["Stream"] = []
+
+
+_DISPATCHING = _Dispatching()
+
+
 class RemoteError(Exception):
     """A request's handler raised on the other side; the message says what."""
 
@@ -91,7 +105,10 @@ class Stream:
         self._outbox.append(message)
         if not self._flush_pending:
             self._flush_pending = True
-            self._loop.call_soon(self._flush)
+            if _DISPATCHING.depth:
+                _DISPATCHING.dirty.append(self)
+            else:
+                self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_pending = False
@@ -129,9 +146,7 @@ class Stream:
     async def run(self) -> None:
         """Read and dispatch until the connection ends; then fail pending requests and call on_close."""
         try:
-            while True:
-                for message in await self.comm.read():
-                    self._dispatch(message)
+            await self.comm.deliver(self._dispatch_frames)
         except ProtocolError as exc:
             if self.on_bad_frame is not None:
                 self.on_bad_frame(self, str(exc))
@@ -139,6 +154,20 @@ class Stream:
             pass
         finally:
             self.close()
+
+    def _dispatch_frames(self, frames: list[list[dict]]) -> None:
+        state = _DISPATCHING
+        state.depth += 1
+        try:
+            for messages in frames:
+                for message in messages:
+                    self._dispatch(message)
+        finally:
+            state.depth -= 1
+            if not state.depth and state.dirty:
+                dirty, state.dirty = state.dirty, []
+                for stream in dirty:
+                    stream._flush()
 
     def _dispatch(self, message: dict) -> None:
         op = message.get("op")
