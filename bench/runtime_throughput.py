@@ -281,7 +281,7 @@ def report(columns: dict[str, dict]) -> str:
             if value is None:
                 cells.append(f"{'-':>26}")
                 continue
-            text = f"{value:,.1f}"
+            text = f"{value:,.2f}" if key == "rtt" else f"{value:,.1f}"   # a round trip is about 1 ms
             if n != "kwdiag" and key in base and value:
                 ratio = base[key] / value if higher_better else value / base[key]
                 text += f" (kwdiag {ratio:.2f}x)"

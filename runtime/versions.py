@@ -1,6 +1,6 @@
 """Package versions of a process, and the differences between two processes' versions.
 
-Covers: collecting the versions kwdiag compares (Python, kwdiag, tornado, msgpack, cloudpickle,
+Covers: collecting the versions kwdiag compares (Python, kwdiag, msgpack, cloudpickle,
 psutil, plus packages named in config) and diffing two such maps into rows for a table.
 Does not cover: deciding what a mismatch does (the scheduler and client do that).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-CORE_PACKAGES = ("kwdiag", "tornado", "msgpack", "cloudpickle", "psutil")
+CORE_PACKAGES = ("kwdiag", "msgpack", "cloudpickle", "psutil")
 
 
 def collect(extra: list[str] | tuple[str, ...] = ()) -> dict[str, str | None]:
