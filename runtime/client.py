@@ -572,7 +572,7 @@ class Client:
                 self._drain_garbage()
             self._post(message)
             if self._stream is not None:
-                self._stream._flush()   # now, not a loop turn later: a submission is what the user waits on
+                self._stream.flush()   # now, not a loop turn later: a submission is what the user waits on
         send.keep_alive = keep_alive  # type: ignore[attr-defined]  # dropped with the callback, after it ran
         self._loop.call(send)
 

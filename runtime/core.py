@@ -108,9 +108,10 @@ class Stream:
             if _DISPATCHING.depth:
                 _DISPATCHING.dirty.append(self)
             else:
-                self._loop.call_soon(self._flush)
+                self._loop.call_soon(self.flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send what is queued now, as one frame (instead of at the end of this loop turn or dispatch)."""
         self._flush_pending = False
         if not self._outbox:
             return
@@ -122,7 +123,7 @@ class Stream:
 
     async def drain(self, timeout: float = 5.0) -> None:
         """Wait until everything queued so far has been handed to the kernel."""
-        self._flush()
+        self.flush()
         if self._last_write is not None and not self.closed:
             try:
                 await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(self._last_write)), timeout)
@@ -167,7 +168,7 @@ class Stream:
             if not state.depth and state.dirty:
                 dirty, state.dirty = state.dirty, []
                 for stream in dirty:
-                    stream._flush()
+                    stream.flush()
 
     def _dispatch(self, message: dict) -> None:
         op = message.get("op")
@@ -218,7 +219,7 @@ class Stream:
     def close(self) -> None:
         if self._closed:
             return
-        self._flush()
+        self.flush()
         self._closed = True
         self.comm.abort()
         for future in self._pending.values():

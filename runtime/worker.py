@@ -412,7 +412,7 @@ class Worker:
             self._tell_nanny(f"S {key}")
             if self.scheduler is not None:
                 self.scheduler.send({"op": "started", "key": key})
-                self.scheduler._flush()
+                self.scheduler.flush()
             self.pool.submit(_run_in_thread, self._loop, self._task_done, msg["spec"], values, self, key)
 
     # ---------------------------------------------------------------- secede and rejoin (from task threads)
@@ -481,7 +481,7 @@ class Worker:
             self._dependency_done(key, ok=False)
         self._run_ready()
         if self.scheduler is not None:
-            self.scheduler._flush()   # the news leaves now, not a loop turn later
+            self.scheduler.flush()   # the news leaves now, not a loop turn later
 
     def _fatal_exit(self, key: str, code: Any) -> None:
         status = code if isinstance(code, int) else (0 if code is None else 1)
@@ -673,7 +673,7 @@ def pack_small(obj: Any, limit: int = INLINE_RESULT_BYTES) -> bytes | None:
 def _run_in_thread(loop: asyncio.AbstractEventLoop, on_done: Callable[[str, tuple], None], spec: bytes,
                    values: dict, worker: Any, key: str) -> None:
     """A task thread's whole job: run the task, then hand its outcome to the event loop with one wake-up
-    (``run_in_executor`` took three loop turns to get it there: a quarter of a small task's round trip)."""
+    (``run_in_executor`` took three loop turns to get it there)."""
     outcome = _execute_and_pack(spec, values, worker, key)
     try:
         loop.call_soon_threadsafe(on_done, key, outcome)
