@@ -568,9 +568,11 @@ class Client:
         (``f = client.submit(inc, f)``) is then released only after the task that depends on it was sent, so
         the scheduler never hears of the release first and forgets the dependency."""
         def send() -> None:
-            if self._garbage:   # releases waiting for company go first, in the same frame
-                self._drain_garbage()
             self._post(message)
+            # Releases waiting for company follow it in the same frame, never go ahead of it: a future dropped
+            # after this message was queued (``fire_and_forget(client.map(...))``'s list) was still alive then.
+            if self._garbage:
+                self._drain_garbage()
             if self._stream is not None:
                 self._stream.flush()   # now, not a loop turn later: a submission is what the user waits on
         send.keep_alive = keep_alive  # type: ignore[attr-defined]  # dropped with the callback, after it ran

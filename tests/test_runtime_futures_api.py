@@ -13,7 +13,7 @@ import traceback
 import pytest
 
 import dask_programs as P
-from kwdiag.runtime import Client, LocalCluster, as_completed, wait
+from kwdiag.runtime import Client, LocalCluster, as_completed, fire_and_forget, wait
 
 
 def echo_kwargs(**kwargs):
@@ -64,6 +64,23 @@ def test_a_cancel_does_not_reach_a_dependent_dropped_before_it(client, tmp_path)
     P.touch(go)
     assert last.result(timeout=60) == 3
     assert first.status == "cancelled"
+
+
+def test_futures_dropped_while_the_clients_loop_is_late_are_released_after_their_messages(client, tmp_path):
+    """Program order again, the other way: ``fire_and_forget(writers)`` then ``del writers``, while the client's
+    loop is late (kept busy here on purpose), so the message and the releases wait together. The releases must
+    follow the message: sent first, they dropped the writers before the scheduler heard they were forgotten, and
+    the writers never ran (``fire_and_forget(client.map(...))`` in the parity suite, seen once in CI)."""
+    gate = str(tmp_path / "gate")
+    paths = [str(tmp_path / f"out-{i}") for i in range(4)]
+    writers = client.map(P.write_file, paths, [client.submit(P.wait_for_file, gate, str(i)) for i in range(4)])
+    client.scheduler_info()   # a request: every message before it has left
+    client._loop.call(time.sleep, 0.5)   # the loop is busy: what follows queues behind it
+    fire_and_forget(writers)
+    del writers
+    client.scheduler_info()   # the forget and the releases have left (in whichever order the client chose)
+    P.touch(gate)
+    assert [P.read_when_written(p) for p in paths] == ["0", "1", "2", "3"]
 
 
 @pytest.mark.parametrize("keyword, value", [("resources", {"GPU": 1}), ("actor", True), ("actors", True)])
