@@ -8,9 +8,10 @@ Case sources:
 
 * ``sample_logs/corpus/cases/<dask version>/<case>/``: real Dask clusters made to lose workers by
   ``sample_logs/corpus/generate.py``; ``labels.json`` says what the script did. Grouped by Dask version.
-* ``sample_logs/pastes/<case>/`` and ``sample_logs/pastes2/<case>/``: fragments users pasted into public
-  issue threads, ``case.json`` labelled from what the thread established (two collections made
-  independently). Groups ``pastes`` and ``pastes2``.
+* ``sample_logs/pastes/<case>/``, ``sample_logs/pastes2/<case>/`` and ``sample_logs/pastes3/<case>/``:
+  fragments users pasted into public issue threads, ``case.json`` labelled from what the thread established
+  (three collections made independently; ``pastes3`` is held out whole). Groups ``pastes``, ``pastes2``,
+  ``pastes3``.
 
 Each case's expected deaths are compared with the reported ones as multisets of causes: first deaths
 whose cause and detail both agree, then those whose cause agrees; a reported death whose cause no
@@ -36,7 +37,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus" / "cases"
 PASTES = HERE / "pastes"
-PASTE_SETS = ("pastes", "pastes2")  # two collections made independently (the second from other threads)
+PASTE_SETS = ("pastes", "pastes2", "pastes3")  # collections made independently (each from other threads); pastes3
+# is held out whole: collected 2026-11-27 without running kwdiag on it, never used to write rules
 
 # What a user would grep for, one regex per class (the baseline the issue measures against).
 GREP = [
@@ -263,9 +265,11 @@ user would write, one per class, each matching line counted as a death of its cl
 * `dask <version> · <collector>`: the same kind of runs with the logs collected another way (JSON records, a
   custom format, one merged compose or journald stream, kubectl's prefixed lines), for the newest and the
   oldest version; summed per collector under *Per collector* below.
-* `pastes`, `pastes2`: fragments users pasted into public issue threads, labelled from what the thread
-  established, two collections made independently (`sample_logs/pastes*/README.md`). A third of each was
-  held out while rules were written; their figure is below on its own.
+* `pastes`, `pastes2`, `pastes3`: fragments users pasted into public issue threads, labelled from what the
+  thread established, three collections made independently (`sample_logs/pastes*/README.md`). A third of each
+  of the first two was held out while rules were written; `pastes3` (2026-11-27) is held out whole: it was
+  collected without running kwdiag on it, and its first run is the figure below. The held-out figure is on its
+  own at the end.
 
 """
 
