@@ -29,6 +29,7 @@ import contextvars
 import hashlib
 import importlib.util
 import io
+import itertools
 import logging
 import os
 import pickle
@@ -357,7 +358,11 @@ class Client:
         self._states: dict[str, _KeyState] = {}   # key -> its current state (futures hold theirs)
         self._refcount: dict[str, int] = {}        # key -> live futures of it
         self._lock = threading.Lock()
-        self._garbage: collections.deque[str] = collections.deque()  # keys whose futures were collected
+        # Keys whose futures were collected, each with its place in the order of what the program did (the same
+        # counter numbers every message queued for the scheduler): their releases keep that order.
+        self._garbage: collections.deque[tuple[int, str]] = collections.deque()
+        self._order = itertools.count()
+        self._unsent: collections.deque[int] = collections.deque()  # numbers of messages queued, not yet sent
         self._drain_pending = False  # a drain is already queued on the loop: one wake-up serves many releases
         # The task spec of every live future, so that work lost with a scheduler can be submitted again.
         self._specs: dict[str, dict] = {}
@@ -567,12 +572,17 @@ class Client:
         until the message is on its way: a future among them that the caller drops at once
         (``f = client.submit(inc, f)``) is then released only after the task that depends on it was sent, so
         the scheduler never hears of the release first and forgets the dependency."""
+        order = next(self._order)
+        self._unsent.append(order)
+
         def send() -> None:
-            self._post(message)
-            # Releases waiting for company follow it in the same frame, never go ahead of it: a future dropped
-            # after this message was queued (``fire_and_forget(client.map(...))``'s list) was still alive then.
+            self._unsent.popleft()   # this one (the loop runs them in the order they were queued)
+            # Releases waiting for company go ahead of it in the same frame, but only those of futures dropped
+            # before it was queued: one dropped since (``fire_and_forget(client.map(...))``'s list, while the loop
+            # had not yet sent the map) was alive when the program asked for this, and is released after it.
             if self._garbage:
-                self._drain_garbage()
+                self._drain_garbage(before=order)
+            self._post(message)
             if self._stream is not None:
                 self._stream.flush()   # now, not a loop turn later: a submission is what the user waits on
         send.keep_alive = keep_alive  # type: ignore[attr-defined]  # dropped with the callback, after it ran
@@ -718,7 +728,7 @@ class Client:
             return st
 
     def _release_later(self, key: str) -> None:
-        self._garbage.append(key)  # deque.append is atomic: safe from __del__ in any thread
+        self._garbage.append((next(self._order), key))  # deque.append is atomic: safe from __del__ in any thread
         if self._drain_pending:  # queued and not yet started: that drain will take this key too
             return
         self._drain_pending = True
@@ -728,15 +738,25 @@ class Client:
         except RuntimeError:  # the loop is gone (interpreter shutdown)
             pass
 
-    def _drain_garbage(self) -> None:
-        # Cleared before draining: a key appended after this line either is drained below or queues a new drain.
-        self._drain_pending = False
+    def _drain_garbage(self, before: int | None = None) -> None:
+        """Release the keys of collected futures that the program dropped before the oldest message still waiting
+        for the loop (or before message number ``before``, which is being sent): a release never overtakes
+        something the program asked for while that future was alive. What must wait is taken by the next
+        message or the batching timer, which this re-arms."""
+        timer = before is None
+        if timer:
+            # Cleared before draining: a key appended after this line either is drained below or queues a new drain.
+            self._drain_pending = False
+            before = self._unsent[0] if self._unsent else None
         released = []
-        while self._garbage:
-            key = self._garbage.popleft()
+        while self._garbage and (before is None or self._garbage[0][0] < before):
+            _, key = self._garbage.popleft()
             if self._forget(key):
                 released.append(key)
         self._send_release(released)
+        if timer and self._garbage and not self._drain_pending:
+            self._drain_pending = True
+            self._loop.loop.call_later(RELEASE_BATCH_DELAY, self._drain_garbage)
 
     def _dec_ref(self, key: str) -> None:
         if self._forget(key):
