@@ -117,6 +117,7 @@ def local_cluster(run_dir: Path, monkeypatch):
 def test_explain_client_inside_recording_and_explain_dask_scheduler_count_each_death_once(tmp_path, scenario,
                                                                                         monkeypatch):
     act, expected = SCENARIOS[scenario]
+    monkeypatch.chdir(tmp_path)   # the KilledWorker note fetches into ./kwdiag-dask-TIME, as for a user: not the clone
     with local_cluster(tmp_path / "run", monkeypatch) as cluster, distributed.Client(cluster) as client:
         client.wait_for_workers(2, timeout=DEADLINE)
         raised = None
