@@ -57,17 +57,43 @@ async def watch_control_pipe(fd: int, on_command: Callable[[str, str], None], on
         transport.close()
 
 
-class _Dispatching(threading.local):
-    """Per thread (each runs its own loop): how deep in dispatching received frames we are, and the streams
-    that queued messages meanwhile. They are flushed when the outermost dispatch ends: what one burst of
-    frames causes leaves in one frame per stream, without waiting a loop turn for it."""
+class _TurnEnd(threading.local):
+    """Per thread (each runs its own loop): what this loop turn left to do once its callbacks have run.
+
+    Messages queued in a turn leave at its end, one frame per stream, whatever queued them (a burst of frames
+    from several peers read in one turn, a timer, a task's end): the kernel is entered once per peer and turn,
+    not once per message. Callbacks given to ``at_turn_end`` run first, in order: the scheduler writes its
+    journal there, so the records are on disk before anyone is told what they say. The end is one
+    ``call_soon`` away: after the callbacks already due in this turn, before any I/O that becomes ready."""
 
     def __init__(self) -> None:
-        self.depth = 0
+        self.scheduled = False
+        self.before: list[Callable[[], None]] = []
         self.dirty: list["Stream"] = []
 
+    def schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            loop.call_soon(self.run)
 
-_DISPATCHING = _Dispatching()
+    def run(self) -> None:
+        self.scheduled = False
+        while self.before:
+            before, self.before = self.before, []
+            for callback in before:
+                callback()
+        dirty, self.dirty = self.dirty, []
+        for stream in dirty:
+            stream.flush()
+
+
+_TURN_END = _TurnEnd()
+
+
+def at_turn_end(callback: Callable[[], None]) -> None:
+    """Call ``callback`` at the end of this loop turn, before the turn's messages are sent."""
+    _TURN_END.before.append(callback)
+    _TURN_END.schedule(asyncio.get_running_loop())
 
 
 class RemoteError(Exception):
@@ -99,19 +125,17 @@ class Stream:
 
     # -- sending -----------------------------------------------------------------------------
     def send(self, message: dict) -> None:
-        """Queue ``message``; all messages queued in one loop turn leave as one frame."""
+        """Queue ``message``; all messages queued in one loop turn leave as one frame, at the turn's end."""
         if self.closed:
             return
         self._outbox.append(message)
         if not self._flush_pending:
             self._flush_pending = True
-            if _DISPATCHING.depth:
-                _DISPATCHING.dirty.append(self)
-            else:
-                self._loop.call_soon(self.flush)
+            _TURN_END.dirty.append(self)
+            _TURN_END.schedule(self._loop)
 
     def flush(self) -> None:
-        """Send what is queued now, as one frame (instead of at the end of this loop turn or dispatch)."""
+        """Send what is queued now, as one frame (instead of at the end of this loop turn)."""
         self._flush_pending = False
         if not self._outbox:
             return
@@ -157,18 +181,9 @@ class Stream:
             self.close()
 
     def _dispatch_frames(self, frames: list[list[dict]]) -> None:
-        state = _DISPATCHING
-        state.depth += 1
-        try:
-            for messages in frames:
-                for message in messages:
-                    self._dispatch(message)
-        finally:
-            state.depth -= 1
-            if not state.depth and state.dirty:
-                dirty, state.dirty = state.dirty, []
-                for stream in dirty:
-                    stream.flush()
+        for messages in frames:
+            for message in messages:
+                self._dispatch(message)
 
     def _dispatch(self, message: dict) -> None:
         op = message.get("op")

@@ -1,8 +1,10 @@
 """The scheduler's journal: what it must not forget, appended to its run directory and replayed after a restart.
 
 Covers: the record format (4-byte length, 4-byte CRC-32, then a msgpack list ``[op, ...]``); appending
-with one unbuffered ``write`` per record (per batch of records for a whole graph), so every record is in
-the kernel before the scheduler tells anyone what it records, and a SIGKILL loses nothing written;
+with one unbuffered ``write`` per record batch: per call, or, given a ``defer`` (the scheduler passes
+``core.at_turn_end``), per event-loop turn, written before that turn's messages leave. Either way every
+record is in the kernel before the scheduler tells anyone what it records, and a SIGKILL loses nothing
+anyone was told;
 reading a journal back, where a torn or corrupt tail is skipped and reported rather than fatal;
 folding the records into a ``Replay`` (the tasks clients still want, which are done and where, errors,
 failure counts and who was blamed, scattered data's owners, the workers and clients of the cluster);
@@ -184,10 +186,15 @@ class JournalLocked(Exception):
 
 
 class Journal:
-    """The append side. ``on_error(reason)`` is told once each time appending starts to fail."""
+    """The append side. ``on_error(reason)`` is told once each time appending starts to fail. With ``defer``,
+    appends are kept until ``flush``, which is handed to ``defer`` at the first append after a flush (a
+    scheduler at full speed appends a record per finished task: one ``write`` per loop turn instead)."""
 
-    def __init__(self, directory: str, on_error: Callable[[str], None]):
+    def __init__(self, directory: str, on_error: Callable[[str], None],
+                 defer: Callable[[Callable[[], None]], None] | None = None):
         self.directory = directory
+        self.defer = defer
+        self._pending: list[bytes] = []
         self.path = os.path.join(directory, FILE_NAME)
         self.on_error = on_error
         self.fd: int | None = None
@@ -227,6 +234,7 @@ class Journal:
     # ---------------------------------------------------------------- writing
     def snapshot(self, records: list[list]) -> bool:
         """Replace the journal with ``records`` (compaction, or a fresh start); True if it is now written."""
+        self.flush()   # records appended before the snapshot was taken belong to the file it replaces
         blob = b"".join(encode(r) for r in records)
         tmp = f"{self.path}.tmp-{os.getpid()}"
         try:
@@ -256,12 +264,27 @@ class Journal:
     def append(self, *records: list) -> None:
         if self.fd is None or self.broken:
             return
+        if self.defer is None:
+            self._write(b"".join(encode(r) for r in records), len(records))
+            return
+        if not self._pending:
+            self.defer(self.flush)
+        self._pending.extend(encode(r) for r in records)
+
+    def flush(self) -> None:
+        """Write the appends kept so far."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            if self.fd is not None and not self.broken:
+                self._write(b"".join(pending), len(pending))
+
+    def _write(self, blob: bytes, count: int) -> None:
         try:
-            _write_all(self.fd, b"".join(encode(r) for r in records))
+            _write_all(self.fd, blob)
         except OSError as exc:
             self._fail(exc)
             return
-        self.appended += len(records)
+        self.appended += count
 
     def _fail(self, exc: OSError) -> None:
         if self.broken is None:
@@ -286,6 +309,7 @@ class Journal:
         return self.snapshot_size + self.appended > 4 * live_records + 20_000
 
     def close(self) -> None:
+        self.flush()
         for fd in (self.fd, self._lock_fd):
             if fd is not None:
                 try:

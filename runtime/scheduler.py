@@ -25,7 +25,7 @@ from typing import Any
 from kwdiag.runtime import recovery
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import CommClosedError, Credentials, Listener, Security, connect
-from kwdiag.runtime.core import Stream, background
+from kwdiag.runtime.core import Stream, at_turn_end, background
 from kwdiag.runtime.identity import StartupError, write_scheduler_file
 from kwdiag.runtime.journal import Journal
 from kwdiag.runtime.record import Recorder
@@ -68,7 +68,7 @@ class Scheduler:
         self.log_dir = log_dir
         self.journal: Journal | None = None
         if log_dir and config["journal"]:
-            self.journal = Journal(log_dir, self._journal_failed)
+            self.journal = Journal(log_dir, self._journal_failed, defer=at_turn_end)
         self.recovery: recovery.Recovery | None = None   # set while recovering from a predecessor's journal
         self.started_at = time.time()          # reported (and compared with peers' clocks for headless time)
         self._started_mono = time.monotonic()   # measured from: a wall-clock jump must not distort durations

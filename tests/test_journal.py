@@ -1,16 +1,20 @@
-"""The journal's file format and replay, without processes: records, torn and corrupt tails, the lock.
+"""The journal's file format and replay, without processes: records, torn and corrupt tails, the lock, and
+appends kept for a loop turn (written before the turn's messages leave, over a real loopback connection).
 
 The real-process side (a scheduler killed and restarted on its journal) is tests/test_runtime_recovery.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import zlib
 
 import pytest
 
 from kwdiag.runtime import journal
+from kwdiag.runtime.comm import Listener, connect
+from kwdiag.runtime.core import Stream, at_turn_end
 from kwdiag.runtime.journal import FRAME, Journal, JournalLocked, encode, read
 
 
@@ -117,3 +121,47 @@ def test_the_journal_file_is_not_read_as_a_log_by_explain(tmp_path):
         (tmp_path / name).write_bytes(b"x")
     inputs, _ = expand_inputs([str(tmp_path)])
     assert [os.path.basename(i.path) for i in inputs] == ["scheduler.jsonl"]
+
+
+def test_appends_kept_for_the_turn_are_on_disk_before_the_turns_messages_leave(tmp_path):
+    """As the scheduler uses it (``defer=at_turn_end``): appends in one loop turn reach the file in one write,
+    at the turn's end, and before any message queued in that turn is sent (the peer reads the message, then
+    the file: the record must be there). A snapshot taken meanwhile writes them first, into the file it replaces."""
+    secret = os.urandom(32)
+
+    async def scenario():
+        on_disk_when_sent = []
+        arrived = asyncio.Event()
+        j = Journal(str(tmp_path / "run"), lambda reason: None, defer=at_turn_end)
+        j.lock()
+        assert j.snapshot(RECORDS[:3])
+
+        async def on_comm(comm):
+            await comm.read()
+            arrived.set()
+
+        listener = Listener(secret, on_comm, on_refused=lambda peer, reason: None)
+        address = await listener.start("127.0.0.1", 0)
+        stream = Stream(await connect(address, secret), {})
+        write = stream.comm.write
+
+        def write_and_look(batch):   # what the file holds at the instant the frame goes to the kernel
+            on_disk_when_sent.append(read(j.path).tasks.get("z"))
+            return write(batch)
+
+        stream.comm.write = write_and_look
+        j.append(["task", "z", b"z", [], 0, None, False])
+        j.append(["has", "z", "w1", 1])
+        stream.send({"op": "z-is-in-memory"})
+        assert "z" not in read(j.path).tasks          # kept until the turn ends
+        await asyncio.wait_for(arrived.wait(), 10)
+        assert [t.holders for t in on_disk_when_sent] == [{"w1": 1}]
+        j.append(["has", "z", "w3", 1])               # kept; then, in the same turn, w3 lost it again and a
+        assert j.snapshot(RECORDS[:3] + [["task", "z", b"z", [], 0, None, False], ["has", "z", "w1", 1]])
+        # snapshot of that state replaced the file: the kept record must not land after it
+        await asyncio.sleep(0)
+        assert read(j.path).tasks["z"].holders == {"w1": 1}
+        stream.close()
+        j.close()
+
+    asyncio.run(scenario())
