@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -133,7 +134,6 @@ def test_event_rules_read_kwdiag_events():
 def test_the_prefilter_trie_finds_the_lines_the_plain_alternation_finds():
     """The prefilter factors its anchors into a trie for speed; it must pass exactly the same lines."""
     import gzip
-    import re
 
     from kwdiag.engine import RuleSet, trie_pattern
 
@@ -212,3 +212,24 @@ def test_lint_catches_a_dead_refinement_and_alternatives_of_a_known_cause(tmp_pa
     assert [p for p in lint_rules(rules, errors) if "alternative" in p] == [
         f"{rules[0].path} (my-rule): alternative 'not_a_cause/x' is not cause/detail with a cause of "
         "chose_to_exit, unrecoverable_exception, nanny_memory_restart, sudden_exit, version_mismatch, unknown"]
+
+
+def test_built_in_rules_match_alike_in_re_and_in_regex():
+    """The built-in rules run in the standard ``re`` (no ``regex`` import, no timeout); the same patterns as a
+    user's copy of them would run in ``regex``. Both must compile them and read every example alike."""
+    import regex
+
+    ruleset, errors = load_ruleset()
+    assert not errors
+    built_in = [r for r in ruleset.rules if r.patterns]
+    assert built_in and all(r.trusted for r in built_in)
+    checked = 0
+    for rule in built_in:
+        for pattern in rule.patterns:
+            std, rx = re.compile(pattern), regex.compile(pattern)
+            for example in rule.examples_match + rule.examples_no_match:
+                a, b = std.search(example), rx.search(example)
+                assert (a is None) == (b is None), (rule.id, pattern, example)
+                assert a is None or a.groupdict() == b.groupdict(), (rule.id, pattern, example)
+                checked += 1
+    assert checked > 200
