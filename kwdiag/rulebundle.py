@@ -12,17 +12,21 @@ Covers: reading and writing the bundle. Not covered: what a rule means (``kwdiag
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+try:   # the C module itself: importing hashlib loads OpenSSL (~3 ms of every start) for the same function
+    from _blake2 import blake2b
+except ImportError:
+    from hashlib import blake2b
 
 BUNDLE_NAME = "bundle.json"
 FORMAT = 1
 
 
 def digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 def read_bundle(rules_dir: Path) -> dict[str, Any]:

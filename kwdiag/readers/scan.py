@@ -21,7 +21,6 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kwdiag.readers.grepfind import grep_offsets
 
 BLOCK = 4 << 20
 MAX_LINE = 1 << 20
@@ -92,6 +91,8 @@ def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes
             except OSError:
                 size = 0
             if size >= GREP_MIN and literals and os.path.isfile(path):
+                from kwdiag.readers.grepfind import grep_offsets   # here: a small log never needs it (subprocess)
+
                 offsets = grep_offsets(path, literals)
                 if offsets is not None:
                     _scan_blocks(head, raw, OffsetFinder(offsets), on_line, stats)
