@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import re as _stdre
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from kwdiag.reasons import NAMED
+from kwdiag.records import record
 
 # The death-class vocabulary every verdict uses (docs/death-classes.md is the spec).
 CAUSES = (
@@ -51,7 +52,7 @@ class RuleError(ValueError):
     """A rule file that cannot be loaded."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     cause: str
     detail: str
@@ -61,7 +62,7 @@ class Verdict:
     alternatives: tuple[str, ...] = ()
 
 
-@dataclass
+@record
 class Rule:
     id: str
     path: str

@@ -45,7 +45,7 @@ def test_runtime_imports_only_the_event_and_settings_modules_from_kwdiag():
 # function bodies too. The runtime is a separate stack that uses only kwdiag.events from kwdiag.
 LAYERS = [
     ("kwdiag", "kwdiag.events", "kwdiag.errors", "kwdiag.escape", "kwdiag.units", "kwdiag.settings",
-     "kwdiag.kinds", "kwdiag.reasons"),
+     "kwdiag.kinds", "kwdiag.reasons", "kwdiag.records"),
     ("kwdiag.engine", "kwdiag.rulebundle"),
     ("kwdiag.readers",),
     ("kwdiag.timeline",),

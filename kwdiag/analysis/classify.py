@@ -20,7 +20,7 @@ Does not cover: reading logs (``kwdiag.readers``), grouping lines into incarnati
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+
 from typing import Iterable
 
 from kwdiag.analysis.facts import chose_first, derive_facts, exit_signal, nanny_killed_it
@@ -31,6 +31,7 @@ from kwdiag.analysis.vote import Decision, Vote, decide
 from kwdiag.engine import Rule, RuleSet
 from kwdiag.events import Event
 from kwdiag.kinds import CONTEXT, LIFECYCLE, QUIET, START_LIKE
+from kwdiag.records import record
 from kwdiag.timeline import Incarnation, Timeline, known_ts, stream_of
 
 CRASH_WINDOW = 60.0  # crash evidence (tracebacks, dumps) counts if this close before/after the end
@@ -40,7 +41,7 @@ MAX_EVIDENCE = 12
 EXCEPTION_CAUSE = "unrecoverable_exception"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Inputs:
     """What classification needs besides the timeline: the rules and which runtime wrote each file."""
 

@@ -12,10 +12,11 @@ Does not cover: rendering (``kwdiag.report``) or which hint a group shows (the r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
 from typing import Iterable
 
 from kwdiag.analysis.model import Death
+from kwdiag.records import record
 
 _TUPLE_KEY = re.compile(r"""^\(\s*['"]([^'"]+)['"]""")
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{8,}$")
@@ -28,7 +29,7 @@ def task_family(key: str) -> str:
     return _HASH_SUFFIX.sub("", name)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeathGroup:
     id: str
     cause: str

@@ -13,14 +13,15 @@ Does not cover: which events vote (``kwdiag.analysis.classify``) or what rules s
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+
 from typing import Iterable, NamedTuple
 
 from kwdiag.engine import Rule
 from kwdiag.events import Event
+from kwdiag.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Vote:
     rule: Rule
     cause: str

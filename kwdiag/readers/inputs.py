@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from kwdiag.records import record
+
 
 @dataclass(frozen=True, slots=True)
 class InputProblem:
@@ -31,7 +33,7 @@ class InputProblem:
 LOG_SUFFIXES = {".log", ".jsonl", ".txt", ".out", ".err", ".gz", ".stderr", ".stdout", ".dmesg", ".journal", ""}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Input:
     name: str  # what evidence lines are attributed to (the path as given, or "<stdin>"), always printable
     path: str | None  # None for stdin

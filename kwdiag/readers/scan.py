@@ -18,9 +18,10 @@ import os
 import re
 import sys
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable
 
+from kwdiag.records import record
 
 BLOCK = 4 << 20
 MAX_LINE = 1 << 20
@@ -37,7 +38,7 @@ class InputUnreadable(Exception):
     """The whole input cannot be read (binary, not accessible)."""
 
 
-@dataclass
+@record
 class ScanStats:
     bytes: int = 0
     lines: int = 0

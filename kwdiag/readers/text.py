@@ -17,7 +17,7 @@ import calendar
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Iterable
 
 from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
@@ -28,6 +28,7 @@ from kwdiag.readers import jsonlog
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
 from kwdiag.readers.shapes import is_noise, unwrap, unwrap_from
+from kwdiag.records import record
 
 DASK_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[,.](\d+))?(Z|[+-]\d\d:?\d\d)?\s+-\s+(\S+)\s+-\s+([A-Z]+)\s+-\s?(.*)$"
@@ -112,7 +113,7 @@ def _no_lone_surrogates(line: str) -> str:
     return _SURROGATE_ESCAPE.sub(lambda m: m.group() if len(m.group()) in (2, 12) else "\\ufffd", line)
 
 
-@dataclass
+@record
 class FileResult:
     name: str
     events: list[Event] = field(default_factory=list)

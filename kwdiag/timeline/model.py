@@ -20,6 +20,7 @@ from typing import Any
 
 from kwdiag.kinds import END, NEAR_REMOVAL, REGISTERED, START, keyed
 from kwdiag.events import Event, iso_time
+from kwdiag.records import record
 
 # The kinds of evidence that a process ended (or is being ended), and the slot each fills. The kinds are
 # ``kwdiag.kinds.END`` (checked at import); the slots are the timeline's own vocabulary, so the table is here.
@@ -95,7 +96,7 @@ def known_ts(e: Event) -> float | None:
     return None if e.get("ts_unknown") else e.ts
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Incarnation:
     """One worker process: its identity as far as the lines tell, its events and its end evidence."""
 
@@ -157,7 +158,7 @@ class Incarnation:
         return {self.pid} if self.pid is not None else set()
 
 
-@dataclass
+@record
 class Timeline:
     workers: dict[str, list[Incarnation]] = field(default_factory=dict)
     cluster: list[Event] = field(default_factory=list)  # cluster-wide lines that name no process
