@@ -5,7 +5,10 @@ votes for the same cause/detail combine as ``1 - Π(1 - weight)`` (one vote per 
 the votes for the details it ``refines`` (an OOM-killer line refines ``killed by signal 9``); the best
 supported explanation wins; the strongest explanation it does not absorb lowers the confidence
 (``support × (1 - 0.6 × rival)``) and is reported as disagreement. A vote for ``unknown`` (a fact that
-only says the logs cannot tell) never competes with a vote for a real cause.
+only says the logs cannot tell) never competes with a vote for a real cause; but what an ``unknown`` vote
+``refines`` among the signals that ended a process (``sudden_exit`` details) it explains: the nanny's kill
+of a worker that did not finish a close (whose reason the lines do not give) explains the SIGKILL that
+carries it out, so that signal is not read as an outside killer's.
 
 Does not cover: which events vote (``kwdiag.analysis.classify``) or what rules say (``rules/``).
 """
@@ -55,8 +58,14 @@ def combine(weights: Iterable[float]) -> float:
 
 def decide(votes: list[Vote]) -> Decision:
     """The verdict ``votes`` support best (see the module doc)."""
-    if any(v.cause != "unknown" for v in votes):
-        votes = [v for v in votes if v.cause != "unknown"]
+    # the signals an unknown vote explains (they ended the process on its behalf): not an outside killer's
+    explainers = [v for v in votes if v.cause == "unknown" and v.refines]
+    explained = {("sudden_exit", d) for v in explainers for d in v.refines}
+    known = [v for v in votes if v.cause != "unknown" and v.key not in explained]
+    if known:
+        votes = known
+    elif explainers:   # the unknown that explains the signals wins, and absorbs them (below)
+        votes = explainers + [v for v in votes if v.key in explained]
     if not votes:
         return NO_DECISION
     by_key: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
