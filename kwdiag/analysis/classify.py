@@ -20,7 +20,6 @@ Does not cover: reading logs (``kwdiag.readers``), grouping lines into incarnati
 
 from __future__ import annotations
 
-
 from typing import Iterable
 
 from kwdiag.analysis.facts import chose_first, derive_facts, exit_signal, nanny_killed_it

@@ -12,7 +12,6 @@ Does not cover: rendering (``kwdiag.report``) or which hint a group shows (the r
 from __future__ import annotations
 
 import re
-
 from typing import Iterable
 
 from kwdiag.analysis.model import Death

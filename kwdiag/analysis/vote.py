@@ -16,7 +16,6 @@ Does not cover: which events vote (``kwdiag.analysis.classify``) or what rules s
 from __future__ import annotations
 
 from collections import defaultdict
-
 from typing import Iterable, NamedTuple
 
 from kwdiag.engine import Rule
