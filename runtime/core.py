@@ -78,13 +78,18 @@ class _TurnEnd(threading.local):
 
     def run(self) -> None:
         self.scheduled = False
+        self.run_before()
+        dirty, self.dirty = self.dirty, []
+        for stream in dirty:
+            stream.flush()
+
+
+    def run_before(self) -> None:
+        """The ``at_turn_end`` callbacks due so far (also before any stream is flushed early, by hand)."""
         while self.before:
             before, self.before = self.before, []
             for callback in before:
                 callback()
-        dirty, self.dirty = self.dirty, []
-        for stream in dirty:
-            stream.flush()
 
 
 _TURN_END = _TurnEnd()
@@ -135,10 +140,13 @@ class Stream:
             _TURN_END.schedule(self._loop)
 
     def flush(self) -> None:
-        """Send what is queued now, as one frame (instead of at the end of this loop turn)."""
+        """Send what is queued now, as one frame (instead of at the end of this loop turn); what ``at_turn_end``
+        was given so far runs first (the journal's records are written before any message leaves)."""
         self._flush_pending = False
         if not self._outbox:
             return
+        if _TURN_END.before:
+            _TURN_END.run_before()
         batch, self._outbox = self._outbox, []
         try:
             self._last_write = self.comm.write(batch)

@@ -156,11 +156,16 @@ def test_appends_kept_for_the_turn_are_on_disk_before_the_turns_messages_leave(t
         assert "z" not in read(j.path).tasks          # kept until the turn ends
         await asyncio.wait_for(arrived.wait(), 10)
         assert [t.holders for t in on_disk_when_sent] == [{"w1": 1}]
+        j.append(["has", "z", "w2", 1])               # a stream flushed by hand, mid-turn (a drain, a close)
+        stream.send({"op": "z-is-on-w2-too"})
+        stream.flush()
+        assert on_disk_when_sent[-1].holders == {"w1": 1, "w2": 1}
         j.append(["has", "z", "w3", 1])               # kept; then, in the same turn, w3 lost it again and a
-        assert j.snapshot(RECORDS[:3] + [["task", "z", b"z", [], 0, None, False], ["has", "z", "w1", 1]])
+        assert j.snapshot(RECORDS[:3] + [["task", "z", b"z", [], 0, None, False], ["has", "z", "w1", 1],
+                                         ["has", "z", "w2", 1]])
         # snapshot of that state replaced the file: the kept record must not land after it
         await asyncio.sleep(0)
-        assert read(j.path).tasks["z"].holders == {"w1": 1}
+        assert read(j.path).tasks["z"].holders == {"w1": 1, "w2": 1}
         stream.close()
         j.close()
 
