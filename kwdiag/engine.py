@@ -7,7 +7,9 @@ every rule's ``keywords``), matching one text line (``RuleSet.match_line``) and 
 (``RuleSet.match_event``). A user's rules (``--rules DIR``) match with the ``regex`` module and a timeout per
 line, so a catastrophic pattern cannot hang a run; the built-in rules are ours, tested against their examples
 and the sample logs, and match with the standard ``re`` (faster here, and ``regex`` is then not imported at
-all: ~10 ms of a small explain's start).
+all: ~10 ms of a small explain's start) on lines up to ``SAFE_LENGTH`` characters. A longer line (a stranger's
+log can hold lines of a megabyte, on which a lazy ``.+?...$`` backtracks quadratically) goes through ``regex``
+with the timeout for every rule.
 
 Does not cover: reading files (``kwdiag.readers``), deciding which death a match belongs to
 (``kwdiag.timeline``) or weighing matches into a verdict (``kwdiag.analysis.classify``).
@@ -38,6 +40,7 @@ CAUSES = (
 SEVERITIES = ("info", "warning", "error")
 
 MATCH_TIMEOUT = 0.05  # seconds per pattern per line: a user's catastrophic pattern cannot hang us
+SAFE_LENGTH = 4096  # longest text a built-in pattern reads with ``re`` (no timeout): quadratic stays ~ms
 TIMEOUT_LIMIT = 5  # a rule whose patterns time out this often in one run is not tried again in that run
 RUNTIMES = ("kwdiag", "dask", "coiled")
 def builtin_rules_dir() -> Path:
@@ -86,6 +89,7 @@ class Rule:
     examples_match: tuple[str, ...] = ()
     examples_no_match: tuple[str, ...] = ()
     trusted: bool = False  # a built-in rule: standard ``re``, no timeout (see the module's docstring)
+    guarded: tuple[Any, ...] | None = None  # a built-in rule's patterns in ``regex``, for lines over SAFE_LENGTH
 
     @property
     def is_line_rule(self) -> bool:
@@ -99,11 +103,15 @@ class Rule:
         """
         compiled = self.compiled if self.compiled is not None else self.compile()
         if self.trusted:
-            for pat in compiled:
-                m = pat.search(text)
-                if m is not None:
-                    return {k: _convert(v) for k, v in m.groupdict().items() if v is not None}
-            return None
+            if len(text) <= SAFE_LENGTH:
+                for pat in compiled:
+                    m = pat.search(text)
+                    if m is not None:
+                        return {k: _convert(v) for k, v in m.groupdict().items() if v is not None}
+                return None
+            if self.guarded is None:
+                self.guarded = tuple(_regex().compile(p) for p in self.patterns)
+            compiled = self.guarded
         for pat in compiled:
             try:
                 m = pat.search(text, timeout=MATCH_TIMEOUT)
@@ -161,7 +169,9 @@ def _field_ok(value: Any, want: Any) -> bool:
         if pat is None:
             pat = _FIELD_PATTERNS[want] = _regex().compile(want[3:])
         if isinstance(pat, _stdre.Pattern):
-            return pat.search(value) is not None
+            if len(value) <= SAFE_LENGTH:
+                return pat.search(value) is not None
+            pat = _regex().compile(want[3:])   # rare (a field of over 4 KiB): not worth a cache
         try:
             return pat.search(value, timeout=MATCH_TIMEOUT) is not None
         except TimeoutError:

@@ -35,7 +35,8 @@ def _make(cls: T, *, frozen: bool, eq: bool) -> T:
     own = cls.__dict__
     if "__post_init__" in own or "__slots__" in own or any(hasattr(b, "__record_fields__") for b in cls.__mro__[1:]):
         raise TypeError(f"{cls.__qualname__}: record covers plain classes only (see kwdiag.records)")
-    names = list(own.get("__annotations__", {}))
+    # own annotations (read through the attribute when the class dict has none: Python 3.14 makes them lazily)
+    names = list(own["__annotations__"] if "__annotations__" in own else getattr(cls, "__annotations__", {}))
     env: dict[str, Any] = {"MISSING": MISSING, "FrozenInstanceError": FrozenInstanceError, "cls": cls,
                            "_set": object.__setattr__}
     params, body, shown = [], [], []
@@ -108,5 +109,8 @@ def _methods(names: tuple[str, ...], shown: tuple[str, ...], *, frozen: bool, eq
 def _default_of(value: Any) -> tuple[Any, Any, bool]:
     """(default, default factory, shown in repr) of a field whose class attribute is ``value``."""
     if isinstance(value, Field):
+        if not value.init or not value.compare or value.hash is not None or value.kw_only not in (MISSING, False) \
+                or value.metadata:
+            raise TypeError(f"record covers field(default=, default_factory=, repr=) only, not {value!r}")
         return value.default, value.default_factory, bool(value.repr)
     return value, MISSING, True

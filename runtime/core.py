@@ -67,29 +67,37 @@ class _TurnEnd(threading.local):
     ``call_soon`` away: after the callbacks already due in this turn, before any I/O that becomes ready."""
 
     def __init__(self) -> None:
-        self.scheduled = False
+        self.scheduled: asyncio.AbstractEventLoop | None = None   # the loop the end is queued on
         self.before: list[Callable[[], None]] = []
         self.dirty: list["Stream"] = []
 
     def schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self.scheduled:
-            self.scheduled = True
+        # a thread's earlier loop may have stopped with its end still queued: queue it on this one
+        if self.scheduled is not loop and not loop.is_closed():
+            self.scheduled = loop
             loop.call_soon(self.run)
 
     def run(self) -> None:
-        self.scheduled = False
+        self.scheduled = None
         self.run_before()
         dirty, self.dirty = self.dirty, []
         for stream in dirty:
-            stream.flush()
-
+            try:   # one connection's failure must not leave the others' messages unsent
+                stream.flush()
+            except Exception:
+                logger.exception("Sending to %s failed; closing that connection", stream.peer)
+                stream._outbox.clear()
+                stream.close()
 
     def run_before(self) -> None:
         """The ``at_turn_end`` callbacks due so far (also before any stream is flushed early, by hand)."""
         while self.before:
             before, self.before = self.before, []
             for callback in before:
-                callback()
+                try:
+                    callback()
+                except Exception:   # (the journal reports its own write errors; this is a bug, not a full disk)
+                    logger.exception("A callback at the end of a loop turn failed")
 
 
 _TURN_END = _TurnEnd()
@@ -242,6 +250,7 @@ class Stream:
     def close(self) -> None:
         if self._closed:
             return
+        _TURN_END.run_before()   # the journal's records of this turn, before the peer sees the connection end
         self.flush()
         self._closed = True
         self.comm.abort()

@@ -599,7 +599,6 @@ class Scheduler:
         if no_nanny:
             logger.warning("Workers %s do not use a nanny and will be terminated without restarting them",
                            [ws.address for ws in no_nanny])
-        old_streams = {ws.address: self.streams.get(ws.address) for ws in olds}
         # Flush the task state first: every client future is cancelled, as Dask's restart does.
         self.apply(self.state.restart())
         for ws in olds:
@@ -607,11 +606,10 @@ class Scheduler:
             old = self.streams.pop(ws.address, None)
             if old is not None:
                 old.info.pop("worker", None)
+                if not ws.nanny:   # told to close before the connection ends (a closed stream sends nothing)
+                    old.send({"op": "close", "reason": "restart"})
+                    await old.drain(1.0)
                 old.close()
-        for ws in no_nanny:
-            old = old_streams.get(ws.address)
-            if old is not None:
-                old.send({"op": "close", "reason": "restart"})
         await asyncio.gather(*(self._nanny_request(ws.nanny, "restart", reason="restart", timeout=timeout)
                                for ws in olds if ws.nanny))
         expected = n - len(no_nanny)

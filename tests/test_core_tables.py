@@ -19,6 +19,18 @@ def vote(rule_id, cause, detail, weight, refines=()):
     return Vote(rule=rule, cause=cause, detail=detail, weight=weight, refines=tuple(refines), event=EVENT)
 
 
+def _kill_after_close() -> Vote:
+    """The vote of the built-in rule for Dask's `Worker process still alive after N seconds, killing`."""
+    from kwdiag.engine import load_rules
+
+    rule = load_rules().by_id["dask-nanny-kill-after-close"]
+    v = rule.verdict
+    return Vote(rule=rule, cause=v.cause, detail=v.detail, weight=v.weight, refines=v.refines, event=EVENT)
+
+
+KILL = _kill_after_close()
+
+
 @pytest.mark.parametrize("votes, cause, detail, confidence, disagreement", [
     ([], "unknown", "no_evidence", 0.0, []),
     # one rule: its weight
@@ -40,6 +52,23 @@ def vote(rule_id, cause, detail, weight, refines=()):
      "chose_to_exit", "shutdown", 0.3, []),
     # unknown alone: no confidence to have
     ([vote("u", "unknown", "restarted", 0.9)], "unknown", "restarted", 0.0, []),
+    # an unknown that refines signals explains them: the nanny's kill after a slow stop, and its SIGKILL
+    ([KILL, vote("sig", "sudden_exit", "sigkill", 0.6)], "unknown", "close_timeout", 0.0, []),
+    # ... a reason for the stop replaces it, absorbing both when it refines them (as a cluster close does)
+    ([KILL, vote("sig", "sudden_exit", "sigkill", 0.6),
+      vote("close", "chose_to_exit", "shutdown", 0.7, refines=["close_timeout", "sigkill"])],
+     "chose_to_exit", "shutdown", 1 - 0.3 * 0.4 * 0.4, []),
+    # ... a weak chosen reason too, but the signal it does not refine is no rival (it was the nanny's)
+    ([KILL, vote("sig", "sudden_exit", "sigkill", 0.6), vote("end", "chose_to_exit", "ended", 0.3)],
+     "chose_to_exit", "ended", 0.3, []),
+    # ... one of the readings the rule names
+    ([KILL, vote("sig", "sudden_exit", "sigkill", 0.6), vote("hb", "sudden_exit", "heartbeat_timeout", 0.7)],
+     "sudden_exit", "heartbeat_timeout", 0.7, []),
+    # ... but a traceback printed meanwhile does not say why the stop came: it disagrees, the unknown stands
+    ([KILL, vote("sig", "sudden_exit", "sigkill", 0.6), vote("exc", "unrecoverable_exception", "exception", 0.6)],
+     "unknown", "close_timeout", 0.0, ["unrecoverable_exception/exception"]),
+    # a signal the kill does not explain is not the nanny's
+    ([KILL, vote("seg", "sudden_exit", "segfault", 0.7)], "sudden_exit", "segfault", 0.7, []),
 ])
 def test_decide(votes, cause, detail, confidence, disagreement):
     d = decide(votes)

@@ -129,3 +129,14 @@ def test_an_environment_only_paste_is_a_death_but_another_programs_oom_is_not():
     k.add(None, "kernel-oom-kill", "kernel-oom-kill", "kernel", ctx=False, pid=4242, comm="python3")
     k.add(None, "kernel-oom-kill", "kernel-oom-kill", "kernel", ctx=False, pid=99, comm="chrome")
     assert deaths(k) == [("process 4242", "sudden_exit", "oom_killer")]
+
+
+def test_a_slow_stop_killed_by_the_nanny_is_not_settled_by_a_nearby_line_that_names_no_process():
+    """The nanny's kill after a slow stop, whose reason is not in the input, is unknown with its readings; an
+    environment line that names no process (a SLURM time limit a second later) does not settle it, as it did
+    not settle the chose_to_exit/close_timeout this kill used to be read as. The SIGKILL is the nanny's."""
+    w = Log("w1.log").start(0.0, "tcp://10.0.0.5:40001").registered(0.1)
+    w.add(50.0, "dask-nanny-kill-after-close", "nanny-kill-after-close", "nanny", seconds=8.0)
+    w.killed(50.1, 4242)
+    slurm = Log("slurm.out").add(51.0, "slurm-time-limit", "slurm-time-limit", "slurm", ctx=False)
+    assert deaths(w, slurm) == [("tcp://10.0.0.5:40001", "unknown", "close_timeout")]

@@ -74,6 +74,11 @@ def test_what_it_does_not_cover_is_refused():
             x: int = 0
             y: int
 
+    with pytest.raises(TypeError, match="not Field"):
+        @record
+        class Hidden:
+            x: int = field(default=0, compare=False)
+
     with pytest.raises(TypeError, match="plain classes only"):
         @record
         class Post:

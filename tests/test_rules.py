@@ -233,3 +233,23 @@ def test_built_in_rules_match_alike_in_re_and_in_regex():
                 assert a is None or a.groupdict() == b.groupdict(), (rule.id, pattern, example)
                 checked += 1
     assert checked > 200
+
+
+def test_a_megabyte_of_line_cannot_hang_a_built_in_rule():
+    """Built-in patterns run in ``re`` without a timeout only on lines up to ``SAFE_LENGTH``: a lazy ``.+?...$``
+    backtracks quadratically, and a stranger's log can hold lines of a megabyte (``re`` took 2.9 s on 20 KB of
+    this line, so ~5 minutes on these 200 KB). Longer lines get ``regex`` and its timeout; a generous deadline."""
+    import threading
+
+    from kwdiag.engine import SAFE_LENGTH, RuleTimeouts
+
+    ruleset, _ = load_ruleset()
+    line = "Key:  x" + " " * 200_000 + "y"
+    assert len(line) > SAFE_LENGTH
+    timeouts, out = RuleTimeouts(), []
+    worker = threading.Thread(target=lambda: out.append(ruleset.match_line(line, timeouts)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert out, "matching one long line did not finish within 60 s"
+    short = "Key:       div-1-0"     # and a line of the usual length still matches, through re
+    assert [(r.id, g) for r, g in ruleset.match_line(short)] == [("dask-compute-failed-key", {"key": "div-1-0"})]

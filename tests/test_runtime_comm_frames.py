@@ -74,3 +74,36 @@ def test_a_garbage_frame_after_good_ones_ends_the_connection_after_delivering_th
     got = asyncio.run(_exchange(mode, _wire(FRAMES) + GARBAGE + _wire(FRAMES[:1])))
     assert got[:-1] == FRAMES   # everything before the garbage, nothing after it
     assert got[-1][0] == "bad frame" and "malformed frame" in got[-1][1]
+
+
+def test_a_message_that_cannot_be_sent_closes_its_connection_and_no_other():
+    """Messages queued in one loop turn leave at its end, stream by stream: a message msgpack cannot encode
+    (a handler's reply holding an object) closes that connection, and the other connection's message still
+    leaves in the same turn."""
+    from kwdiag.runtime.core import Stream
+
+    async def scenario():
+        secret = os.urandom(32)
+        got: list = []
+        arrived = asyncio.Event()
+
+        async def on_comm(comm):
+            try:
+                while True:
+                    got.append(await comm.read())
+                    arrived.set()
+            except CommClosedError:
+                pass
+
+        listener = Listener(secret, on_comm, on_refused=lambda peer, reason: None)
+        address = await listener.start("127.0.0.1", 0)
+        bad = Stream(await connect(address, secret), {})
+        good = Stream(await connect(address, secret), {})
+        bad.send({"op": "reply", "result": object()})
+        good.send({"op": "still-here"})
+        await asyncio.wait_for(arrived.wait(), 10)
+        assert got == [[{"op": "still-here"}]]
+        assert bad.closed and not good.closed
+        good.close()
+
+    asyncio.run(scenario())

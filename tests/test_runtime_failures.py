@@ -278,6 +278,21 @@ def test_without_a_nanny_a_dead_worker_stays_dead(log_dir):
         assert len(client.scheduler_info()["workers"]) == 1
 
 
+def test_restart_ends_the_workers_without_a_nanny_as_dask_does(log_dir):
+    """`client.restart()` cannot start a worker without a nanny again: as Dask's scheduler does ("do not use a
+    nanny and will be terminated without restarting them"), it tells each to close, and they end (they did
+    not get the message before, saw the connection drop, and registered again)."""
+    with LocalCluster(n_workers=2, nanny=False, memory_limit=None, log_dir=log_dir) as cluster, \
+            Client(cluster) as client:
+        assert client.submit(inc, 1).result(timeout=30) == 2
+        client.restart()
+        for name in ("worker-0", "worker-1"):
+            assert cluster.processes[name].wait(60) == 0
+            closing = wait_for_event(log_dir, "worker-closing", worker=name)[0]
+            assert closing.fields["reason"] == "restart"
+        assert client.scheduler_info()["workers"] == {}
+
+
 def test_sigterm_without_nanny_hands_work_back_and_logs_the_end(log_dir):
     with LocalCluster(n_workers=2, nanny=False, memory_limit=None, log_dir=log_dir) as cluster, \
             Client(cluster) as client:

@@ -147,8 +147,14 @@ def vote(inc: Incarnation, tl: Timeline, events: list[Event], inp: Inputs) -> tu
     env = _env_by_time(tl, inc.ended_at, inp.all_pids)
     if env:
         env_votes, env_seen = collect_votes(env, inp.rules)
-        fitting = [v for v in env_votes if decision.cause == "unknown" or decision.detail in v.refines
-                   or v.key == (decision.cause, decision.detail)]
+        open_question = decision.cause == "unknown"
+        readings: set[str] = set()
+        if open_question and any(v.cause == "unknown" and v.refines for v in decision.kept):
+            # an unknown that names its readings (the nanny's kill after a slow stop): only those may settle it
+            open_question = False
+            readings = {a for v in decision.kept if v.rule.verdict is not None for a in v.rule.verdict.alternatives}
+        fitting = [v for v in env_votes if open_question or decision.detail in v.refines
+                   or v.key == (decision.cause, decision.detail) or f"{v.cause}/{v.detail}" in readings]
         if fitting:
             votes = votes + fitting
             seen = seen + [(v.event, v.rule) for v in fitting]

@@ -8,7 +8,7 @@ supported explanation wins; the strongest explanation it does not absorb lowers 
 only says the logs cannot tell) never competes with a vote for a real cause; but what an ``unknown`` vote
 ``refines`` among the signals that ended a process (``sudden_exit`` details) it explains: the nanny's kill
 of a worker that did not finish a close (whose reason the lines do not give) explains the SIGKILL that
-carries it out, so that signal is not read as an outside killer's.
+carries it out, so that signal is not read as an outside killer's (``_contenders``).
 
 Does not cover: which events vote (``kwdiag.analysis.classify``) or what rules say (``rules/``).
 """
@@ -46,6 +46,7 @@ class Decision(NamedTuple):
 
 
 NO_DECISION = Decision("unknown", "no_evidence", 0.0, [], [])
+STOP_CAUSES = ("chose_to_exit", "nanny_memory_restart")   # causes that say why a worker was asked to stop
 
 
 def combine(weights: Iterable[float]) -> float:
@@ -57,16 +58,10 @@ def combine(weights: Iterable[float]) -> float:
 
 def decide(votes: list[Vote]) -> Decision:
     """The verdict ``votes`` support best (see the module doc)."""
-    # the signals an unknown vote explains (they ended the process on its behalf): not an outside killer's
-    explainers = [v for v in votes if v.cause == "unknown" and v.refines]
-    explained = {("sudden_exit", d) for v in explainers for d in v.refines}
-    known = [v for v in votes if v.cause != "unknown" and v.key not in explained]
-    if known:
-        votes = known
-    elif explainers:   # the unknown that explains the signals wins, and absorbs them (below)
-        votes = explainers + [v for v in votes if v.key in explained]
-    if not votes:
+    contenders, absorbable, others = _contenders(votes)
+    if not contenders:
         return NO_DECISION
+    votes = contenders + absorbable + others
     by_key: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     refines: dict[tuple[str, str], set[str]] = defaultdict(set)
     for v in votes:
@@ -86,10 +81,13 @@ def decide(votes: list[Vote]) -> Decision:
                 ws[rid] = max(ws.get(rid, 0.0), w)
         return combine(ws.values())
 
-    ranked = sorted(by_key, key=lambda k: (support(k), len(refines[k]), own(k)), reverse=True)
+    keys = list(dict.fromkeys(v.key for v in contenders))   # first seen first: ties keep the votes' order
+    ranked = sorted(keys, key=lambda k: (support(k), len(refines[k]), own(k)), reverse=True)
     win = ranked[0]
     absorbed_win = absorbed(win)
-    rivals = [k for k in by_key if k != win and k not in absorbed_win and win[1] not in refines[k]]
+    only_absorbable = {v.key for v in absorbable} - {v.key for v in contenders + others}
+    rivals = [k for k in by_key if k != win and k not in absorbed_win and win[1] not in refines[k]
+              and k not in only_absorbable]
     rival = max((own(k) for k in rivals), default=0.0)
     confidence = max(0.05, min(0.99, support(win) * (1.0 - 0.6 * rival)))
     if win[0] == "unknown":
@@ -97,3 +95,33 @@ def decide(votes: list[Vote]) -> Decision:
     kept = [v for v in votes if v.key == win or v.key in absorbed_win]
     disagreement = [f"{c}/{d}" for c, d in sorted(rivals, key=own, reverse=True)]
     return Decision(win[0], win[1], confidence, kept, disagreement)
+
+
+def _contenders(votes: list[Vote]) -> tuple[list[Vote], list[Vote], list[Vote]]:
+    """(the votes that may win, the votes a winner may only absorb, the votes that may only disagree).
+
+    Votes for ``unknown`` do not compete with votes for a cause. An ``unknown`` vote that ``refines`` details
+    (the nanny's kill of a worker that did not finish stopping: ``close_timeout``) explains the signals with
+    those details (``sudden_exit``), which ended the process on its behalf; what may then replace the unknown
+    is what says why the stop was asked for (a chosen reason or the nanny's memory policy: ``STOP_CAUSES``; one
+    of the readings the rule names as its ``alternatives``; a vote that refines its detail) or that something
+    else ended the process first (a signal the kill does not explain: a segfault, an OOM kill). A traceback or
+    an exit status printed meanwhile says neither: it is disagreement, and the unknown stands."""
+    explainers = [v for v in votes if v.cause == "unknown" and v.refines]
+    if not explainers:
+        known = [v for v in votes if v.cause != "unknown"]
+        return (known or votes), [], []
+    explained = {("sudden_exit", d) for v in explainers for d in v.refines}
+    readings = {a for v in explainers if v.rule.verdict is not None for a in v.rule.verdict.alternatives}
+    stops = {v.detail for v in explainers}
+    answers, others = [], []
+    for v in votes:
+        if v.cause == "unknown" or v.key in explained:
+            continue
+        says_why = v.cause in STOP_CAUSES or v.cause == "sudden_exit" \
+            or f"{v.cause}/{v.detail}" in readings or bool(stops & set(v.refines))
+        (answers if says_why else others).append(v)
+    signals = [v for v in votes if v.key in explained]
+    if answers:
+        return answers, explainers + signals, others
+    return explainers, signals, others
