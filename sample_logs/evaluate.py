@@ -271,11 +271,12 @@ user would write, one per class, each matching line counted as a death of its cl
   of each of the first two was held out while rules were written; `pastes3` and `pastes4` (both 2026-11-27) are
   held out whole: each was collected without running kwdiag on it. `pastes3`'s first run is the figure below.
   `pastes4`'s first run (2026-11-27) was 13 of 41 deaths right (31.7 %), precision 34.5 % (grep 6 of 41,
-  27.3 %); 15 of its 28 misses were one reading, a nanny's kill after a close whose reason the paste does not
+  27.3 %); 18 of its 28 misses were one reading, a nanny's kill after a close whose reason the paste does not
   show, which kwdiag called `chose_to_exit` and the labels `unknown`, as the labels of the first two
   collections already did (`sopa-145`, `pySCENIC-525`). Dask's own source settles it for the labels (since
   2023 a hung worker's heartbeat restart ends in the same kill: `docs/death-classes.md`), and kwdiag now reads
-  it so; the figure below is after that change, so `pastes4` no longer measures it blind. Its labels are the
+  it so (those 18 right, 3 others wrong: `distributed-8775`); the figure below is after that change, so
+  `pastes4` no longer measures it blind. Its labels are the
   least settled of the four (21 of 41 deaths `unknown`; its README lists the readings its collector was
   unsure of). The held-out figure is on its own at the end.
 
