@@ -87,6 +87,7 @@ class Worker:
         self.incarnation = incarnation
         self.lifetime = lifetime
         self.status_fd = status_fd
+        self._nanny_pending: list[str] = []  # status lines kept for one write (``_tell_nanny``)
         self.control_fd = control_fd
         self.rec = Recorder("kwdiag.worker", source="worker", log_dir=log_dir, file_stem=f"worker-{name}", worker=name)
         self.data: dict[str, Any] = {}
@@ -257,12 +258,25 @@ class Worker:
                 stream.close()
 
     # ---------------------------------------------------------------- nanny channel
-    def _tell_nanny(self, line: str) -> None:
-        """One line to the nanny: ``S key`` started, ``F key`` finished, ``C reason`` closing, ``A addr``."""
+    def _tell_nanny(self, line: str, *, later: bool = False) -> None:
+        """One line to the nanny: ``S key`` started, ``F key`` finished, ``C reason`` closing, ``A addr``.
+        ``later``: kept until the next ``_flush_nanny`` (a task's "finished" and the next one's "started" then
+        cost one write); every line not kept goes out at once, after those kept before it."""
         if self.status_fd is None:
             return
+        self._nanny_pending.append(line.replace("\n", " "))
+        if not later:
+            self._flush_nanny()
+
+    def _flush_nanny(self) -> None:
+        """Write the kept lines. Called before a task's code can run, so the nanny knows what was running
+        whatever kills the process."""
+        if not self._nanny_pending:
+            return
+        data = ("\n".join(self._nanny_pending) + "\n").encode("utf-8", "replace")
+        self._nanny_pending.clear()
         try:
-            os.write(self.status_fd, (line.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+            os.write(self.status_fd, data)
         except OSError:
             pass
 
@@ -409,7 +423,7 @@ class Worker:
             self.executing.add(key)
             self.started_at[key] = time.monotonic()
             # Say "started" before the task can possibly kill us: to the nanny and, flushed, to the scheduler.
-            self._tell_nanny(f"S {key}")
+            self._tell_nanny(f"S {key}")   # with the "finished" lines kept before it, in one write
             if self.scheduler is not None:
                 self.scheduler.send({"op": "started", "key": key})
                 self.scheduler.flush()
@@ -458,9 +472,10 @@ class Worker:
         self._serve_rejoining()
         self.executing.discard(key)
         duration = time.monotonic() - self.started_at.pop(key, time.monotonic())
-        self._tell_nanny(f"F {key}")
+        self._tell_nanny(f"F {key}", later=True)   # written with the next start, or below
         status, payload, packed = outcome
         if status == "exit":
+            self._flush_nanny()
             self._fatal_exit(key, payload)
             return
         if key in self.cancelled:
@@ -480,6 +495,7 @@ class Worker:
             # after the error, so that the scheduler marks them erred with it (their "missing" is then moot)
             self._dependency_done(key, ok=False)
         self._run_ready()
+        self._flush_nanny()
         if self.scheduler is not None:
             self.scheduler.flush()   # the news leaves now, not a loop turn later
 

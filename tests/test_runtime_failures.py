@@ -185,6 +185,31 @@ def test_a_busy_healthy_worker_is_not_removed(log_dir):
         assert not read_events(log_dir, "worker-removed")
 
 
+def segfault_after(_previous):
+    ctypes.string_at(0)
+
+
+def test_the_nanny_knows_exactly_what_ran_when_tasks_follow_each_other_on_one_thread(log_dir):
+    """The worker keeps a task's "finished" line for the nanny and writes it with the next task's "started",
+    before that task's code runs: a crash right after a finish blames only the crashing task, and a worker
+    killed while idle had nothing running (fails if a kept line is lost or comes late)."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="1GiB", log_dir=log_dir,
+                      scheduler_kwargs={"allowed_failures": 0}) as cluster, Client(cluster) as client:
+        first = client.submit(inc, 1, pure=False)
+        bad = client.submit(segfault_after, first, pure=False)   # starts the moment `first` finishes
+        with pytest.raises(KilledWorker):
+            bad.result(timeout=60)
+        crash = wait_for_event(log_dir, "worker-exit")[0]
+        assert crash.fields["signal_name"] == "SIGSEGV" and crash.fields["running_tasks"] == [bad.key]
+        wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
+                   what="second incarnation registered")
+        assert client.gather(client.map(inc, range(20), pure=False), timeout=60) == list(range(1, 21))
+        pid = worker_pid(cluster, "worker-0")
+        os.kill(pid, signal.SIGKILL)   # idle: the last "finished" lines were written when their task ended
+        idle = wait_for_event(log_dir, "worker-exit", pid=pid)[0]
+        assert idle.fields["signal_name"] == "SIGKILL" and idle.fields["running_tasks"] == []
+
+
 def test_a_task_that_kills_every_worker_gets_killed_worker_and_the_cluster_keeps_working(log_dir):
     with LocalCluster(n_workers=2, memory_limit="1GiB", log_dir=log_dir,
                       scheduler_kwargs={"allowed_failures": 1}) as cluster, Client(cluster) as client:
