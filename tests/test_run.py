@@ -94,6 +94,7 @@ def test_run_in_a_pipe_passes_the_job_through_and_ends_with_the_diagnosis(tmp_pa
     assert manifest["deaths_by_cause"] == {"sudden_exit/sigkill": 1, "chose_to_exit/shutdown": 2}
     assert manifest["tasks"]["finished"] >= 101 and manifest["tasks"]["erred"] == 1
     assert manifest["versions"]["kwdiag"] and manifest["args"] == ["--a", "b"]
+    assert "notes" not in manifest and "ran no task on kwdiag's cluster" not in err   # it ran on kwdiag's cluster
     assert (run_dir / "job.stdout").read_text() == out
     assert "to stderr" in (run_dir / "job.stderr").read_text()
     assert not (run_dir / "scheduler.json").exists()                 # the shared secret does not stay behind
@@ -358,3 +359,38 @@ def test_a_dask_etl_runs_on_the_embedded_runtime_and_its_worker_death_is_diagnos
     # Every worker's end, counted once: the partition's os._exit, and the two workers the run closed at its end.
     assert manifest["deaths_by_cause"] == {"unrecoverable_exception/os_exit": 1, "chose_to_exit/shutdown": 2}
     assert "running ('filter-lambda-from_sequence-parse" in result.stderr.decode()   # the partition it ran
+
+
+OWN_DASK_CLUSTER_JOB = textwrap.dedent('''
+    """A Dask job run unchanged: it imports Client from dask.distributed and starts its own LocalCluster."""
+    import os, signal, sys
+    from dask.distributed import Client, LocalCluster
+
+    def kill_my_worker_once(marker):
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return 42
+
+    if __name__ == "__main__":
+        with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
+            print("value:", client.submit(kill_my_worker_once, sys.argv[1]).result(), flush=True)
+''')
+
+
+def test_a_dask_job_that_starts_its_own_cluster_is_told_how_to_be_watched(tmp_path):
+    """Without --dask a job that imports Client from dask.distributed runs on a Dask cluster of its own, not on
+    kwdiag's: its death is still read from the WARNING lines Dask printed (the cause is not in them), and the run
+    ends by saying what happened and the two ways to have the cluster watched."""
+    pytest.importorskip("distributed")
+    (tmp_path / "etl.py").write_text(OWN_DASK_CLUSTER_JOB)
+    result = run_kwdiag(["run", "--workers", "2", str(tmp_path / "etl.py"), str(tmp_path / "marker")], tmp_path)
+    out, err = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 0, err[-3000:]
+    assert "value: 42" in out
+    assert "ran no task on kwdiag's cluster" in err and "kwdiag run --dask" in err and "kwdiag.runtime" in err
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["tasks"]["submitted"] == 0 and len(manifest["notes"]) == 1
+    # The Dask worker's SIGKILL (its cause not in WARNING lines), and kwdiag's two unused workers closed at the end.
+    assert manifest["deaths_by_cause"] == {"unknown/restarted": 1, "chose_to_exit/shutdown": 2}
+

@@ -277,7 +277,24 @@ def _finish(watch: _Watch, run_dir: str, rules, fail_on: list, manifest: dict[st
                f"deaths {len(report.deaths)}" + (f" ({len(report.failures)} need attention)" if report.failures else ""),
                f"{duration:.1f}s"]
     sys.stderr.write(f"Run: {'; '.join(summary)}\nRun directory: {run_dir}\n")
+    own_cluster = _own_dask_cluster(watch.backend.runtime, tasks, report)
+    if own_cluster:
+        manifest.update(notes=[own_cluster])
+        rundir.write_manifest(run_dir, manifest)
+        sys.stderr.write(own_cluster + "\n")
     if failing:
         sys.stderr.write(f"--fail-on matched {len(failing)} death(s): exit code {code}\n")
     sys.stderr.flush()
     return code
+
+
+def _own_dask_cluster(runtime: str, tasks: dict[str, int], report) -> str | None:
+    """A note when the job ignored kwdiag's cluster and started a Dask cluster of its own (``Client()`` imported
+    from ``dask.distributed``): kwdiag's workers ran nothing, while Dask's lines are in the job's output. Its
+    deaths are still read from those lines, but a LocalCluster logs at WARNING, without the lines that say why."""
+    if runtime != "kwdiag" or tasks.get("submitted", 0) or "dask" not in report.runtimes:
+        return None
+    return ("Note: the job ran no task on kwdiag's cluster; it started a Dask cluster of its own (Dask's lines are in "
+            "its output). Import Client from kwdiag.runtime instead of dask.distributed (the rest of the Dask code "
+            "stays), or run it with `kwdiag run --dask`, which starts the Dask cluster its Client() joins and keeps "
+            "every process's log at INFO.")
