@@ -75,7 +75,7 @@ def test_the_text_report_gives_the_answer_first_one_fix_per_group_in_80_columns(
     assert lines[0].startswith("Verdict: 2 worker death(s) need attention")
     head = "\n".join(lines[:8])
     assert "What to do:" in head and "[g1] 2× sudden_exit/segfault" in head
-    assert " ".join(text.split()).count("Check the stderr tail in the event") == 1   # one fix for both deaths
+    assert " ".join(text.split()).count("Reproduce the task locally (it crashed in segfault") == 1   # one fix for both deaths
     # a fair KilledWorker is told on its group's line instead of repeating the deaths and the fix
     assert "task segfault-task (KilledWorker, blame fair)" in text and "\nKilledWorker" not in text
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]

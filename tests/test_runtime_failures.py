@@ -16,6 +16,7 @@ import time
 import pytest
 
 from conftest import read_events, wait_for_event, wait_until, worker_address, worker_pid
+from kwdiag.pipeline import analyze
 from kwdiag.runtime import Client, KilledWorker, LocalCluster, ScatteredDataLost
 
 
@@ -201,6 +202,10 @@ def test_the_nanny_knows_exactly_what_ran_when_tasks_follow_each_other_on_one_th
             bad.result(timeout=60)
         crash = wait_for_event(log_dir, "worker-exit")[0]
         assert crash.fields["signal_name"] == "SIGSEGV" and crash.fields["running_tasks"] == [bad.key]
+        # The report says where it crashed: the faulthandler dump the nanny kept, the task's own frame named.
+        death = next(d for d in analyze([log_dir]).deaths if d.detail == "segfault")
+        assert [f.function for f in death.stack[:2]] == ["string_at", "segfault_after"]
+        assert "it crashed in segfault_after (" in death.hints[0].text
         wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
                    what="second incarnation registered")
         assert client.gather(client.map(inc, range(20), pure=False), timeout=60) == list(range(1, 21))

@@ -26,6 +26,7 @@ from kwdiag.analysis.facts import chose_first, derive_facts, exit_signal, nanny_
 from kwdiag.analysis.memory import memory_trace
 from kwdiag.analysis.model import Death, Evidence
 from kwdiag.analysis.remedies import hints_for, observations
+from kwdiag.analysis.stack import Frame, crash_stack, user_frame
 from kwdiag.analysis.vote import Decision, Vote, decide
 from kwdiag.engine import Rule, RuleSet
 from kwdiag.events import Event
@@ -208,12 +209,14 @@ def runtimes_of(files: Iterable[str], file_runtime: dict[str, str | None]) -> se
 
 
 def _hints(inc: Incarnation, decision: Decision, rules_used: list[Rule], events: list[Event], tl: Timeline,
-           inp: Inputs):
+           inp: Inputs, stack: tuple[Frame, ...] = ()):
     if decision.cause == "chose_to_exit":
         return ()
     obs = observations(events, tl.allowed_failures)
     if inc.pid is not None:
         obs["pid"] = inc.pid
+    if stack:
+        obs["crash_frame"] = str(user_frame(stack) or stack[0])
     rts = runtimes_of({e.origin.file for e in inc.events if e.origin}, inp.file_runtime)
     winners: list[Rule] = []
     for v in decision.kept:
@@ -248,8 +251,20 @@ def _running(inc: Incarnation) -> tuple[str, ...]:
     return tuple(running)
 
 
+def _crash_stack(events: list[Event]) -> tuple[Frame, ...]:
+    """The crashing thread's frames, from the faulthandler dump in the stderr tail the nanny kept."""
+    for e in events:
+        tail = e.get("stderr_tail") if e.kind == "worker-exit" else None
+        if isinstance(tail, list):
+            stack = crash_stack(tail)
+            if stack:
+                return stack
+    return ()
+
+
 def explain(inc: Incarnation, tl: Timeline, decision: Decision, events: list[Event], seen, inp: Inputs) -> Death:
     rules_used = _deciding_rules(decision)
+    stack = _crash_stack(events) if decision.cause != "chose_to_exit" else ()
     noticed_by, noticed_after = _noticed(inc)
     severity = "info" if decision.cause == "chose_to_exit" else max(
         (r.severity for r in rules_used), key=lambda s: ("info", "warning", "error").index(s), default="error")
@@ -258,10 +273,10 @@ def explain(inc: Incarnation, tl: Timeline, decision: Decision, events: list[Eve
         worker=inc.worker, incarnation=inc.number, cause=decision.cause, detail=decision.detail,
         confidence=round(decision.confidence, 2), at=inc.ended_at, address=inc.address, pid=inc.pid,
         started=inc.started, evidence=evidence_lines(decision, seen),
-        hints=_hints(inc, decision, rules_used, events, tl, inp), rules=tuple(r.id for r in rules_used),
+        hints=_hints(inc, decision, rules_used, events, tl, inp, stack), rules=tuple(r.id for r in rules_used),
         noticed_by=noticed_by, noticed_after=noticed_after, running=_running(inc), severity=severity,
         summary=summary, disagreement=tuple(decision.disagreement), memory=memory_trace(events),
-        alternatives=_alternatives(decision, rules_used),
+        alternatives=_alternatives(decision, rules_used), stack=stack,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kwdiag.analysis.stack import Frame
 from kwdiag.events import iso_time
 from kwdiag.engine import CAUSES, SEVERITIES  # noqa: F401  (re-exported: the vocabulary of Death.cause)
 from kwdiag.readers.inputs import InputProblem
@@ -114,6 +115,8 @@ class Death:
     # An ``unknown`` death: the classes (``cause/detail``) its lines cannot tell apart, for the report to name.
     alternatives: tuple[str, ...] = ()
     memory: MemoryTrace | None = None  # what the logs show of its memory, if anything
+    # A crash with a faulthandler dump: the crashing thread's frames, innermost first (``kwdiag.analysis.stack``).
+    stack: tuple[Frame, ...] = ()
 
     @property
     def failure(self) -> bool:
@@ -151,6 +154,7 @@ class Death:
             "evidence": [e.to_dict() for e in self.evidence],
             "hints": [h.to_dict() for h in self.hints],
             "memory": self.memory.to_dict() if self.memory is not None else None,
+            "stack": [f.to_dict() for f in self.stack],
         }
 
 

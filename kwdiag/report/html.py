@@ -26,7 +26,7 @@ from kwdiag.analysis.groups import DeathGroup, group_deaths
 from kwdiag.analysis.model import Death, MemoryTrace, Report
 from kwdiag.escape import html as esc
 from kwdiag.units import format_bytes
-from kwdiag.report.text import conf, hint_for, proof, when, who
+from kwdiag.report.text import conf, crash_frames, hint_for, proof, when, who
 
 CAUSE_COLOURS = {
     "nanny_memory_restart": "#e8590c",
@@ -461,6 +461,10 @@ def _group_card(g: DeathGroup, index: dict[int, int], report: Report) -> str:
                    + ": the lines cannot tell which.</p>")
     out.append(f'<p class="meta">{esc(who(g.deaths, 8), 400)}' + (f"; task {esc(g.task, 120)}" if g.task else "")
                + "</p>")
+    if d.stack:
+        frames, more = crash_frames(d.stack, brief=True)
+        out.append("<p>crashed in " + " ← ".join(f"<code>{esc(str(f), 200)}</code>" for f in frames)
+                   + (" ← …" if more else "") + "</p>")
     if g.cause != "chose_to_exit":
         proving = proof(d)
         if proving:

@@ -12,7 +12,7 @@ import re
 from kwdiag.analysis.groups import group_deaths
 from kwdiag.analysis.model import Report
 from kwdiag.escape import safe
-from kwdiag.report.text import base_dir, conf, hint_for, proof, short, when
+from kwdiag.report.text import base_dir, conf, crash_frames, hint_for, proof, short, when
 from kwdiag.units import format_bytes
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#!])")
@@ -77,6 +77,9 @@ def _group(g, base: str | None) -> list[str]:
     limit = next((x.memory.limit for x in g.deaths if x.memory and x.memory.limit), None)
     if peaks:
         out += [f"Peak memory {format_bytes(max(peaks))}" + (f" of a {format_bytes(limit)} limit." if limit else "."), ""]
+    if d.stack:
+        frames, more = crash_frames(d.stack, brief=True)
+        out += ["Crashed in " + " ← ".join(f"`{_code(str(f))}`" for f in frames) + (" ← …" if more else "") + ".", ""]
     out += ["<details><summary>Evidence</summary>", "", "```"]
     out += [f"{_fence(short(e.file, base))}:{e.line + i}: {_fence(part)}"
             for e in proof(d) for i, part in enumerate(e.text.split("\n")[:12])]

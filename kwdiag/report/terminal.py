@@ -26,7 +26,7 @@ from kwdiag.analysis.groups import task_family as _family
 from kwdiag.analysis.model import Death, Evidence, Report
 from kwdiag.escape import safe
 from kwdiag.report.sparkline import sparkline
-from kwdiag.report.text import base_dir, conf, from_here, hint_for, proof, short, when, who
+from kwdiag.report.text import base_dir, conf, crash_frames, from_here, hint_for, proof, short, when, who
 
 WIDTH = 80
 FAIR = {True: "fair", False: "unfair", None: "cannot tell"}
@@ -139,6 +139,8 @@ def _group_lines(g: DeathGroup, report: Report, base: str | None, verbose: bool,
                                        + " (the lines cannot tell which)", "    ")]
     if spark:
         out += [("memory", x) for x in _wrap(spark, "    ")]
+    if d.stack:
+        out += [("", x) for x in _wrap(_crashed_in(d.stack, brief=True), "    ")]
     seen: set[tuple[str, ...]] = set()
     for e in proof(d):
         out += [("", x) for x in _evidence_lines(e, base, "    ", verbose=verbose, seen=seen)]
@@ -176,6 +178,8 @@ def _death_lines(d: Death, base: str | None) -> list[Line]:
                                        "  ")]
     if d.disagreement:
         out += [("", x) for x in _wrap("other explanations seen: " + ", ".join(safe(x, 60) for x in d.disagreement), "  ")]
+    if d.stack:
+        out += [("", x) for x in _wrap(_crashed_in(d.stack), "  ")]
     for e in d.evidence:
         out += [("", x) for x in _evidence_lines(e, base, "  ")]
     for h in d.hints:
@@ -320,3 +324,9 @@ def render_terminal(report: Report, out: TextIO | None = None, *, force_terminal
     console = Console(file=out, force_terminal=True, no_color=bool(os.environ.get("NO_COLOR")),
                       highlight=False, markup=False, emoji=False)
     render_rich(report, console, verbose=verbose)
+
+
+def _crashed_in(stack, brief: bool = False) -> str:
+    frames, more = crash_frames(stack, brief)
+    return "crashed in " + " ← ".join(safe(str(f), 120) for f in frames) + (" ← ..." if more else "")
+

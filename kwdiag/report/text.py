@@ -79,3 +79,14 @@ def who(deaths, limit: int = 6) -> str:
     if len(deaths) > limit:
         names.append(f"{len(deaths) - limit} more")
     return ", ".join(names)
+
+
+def crash_frames(stack, brief: bool = False) -> tuple[list, bool]:
+    """The crashing thread's frames a report shows, innermost first, and whether there are more: ``brief``,
+    up to the first frame of the task's own code (at most 4); else up to 10."""
+    frames = list(stack[:10])
+    if brief:
+        own = next((i for i, f in enumerate(frames) if not f.library), None)
+        frames = frames[:min(4, (own if own is not None else 0) + 1)]
+    return frames, len(frames) < len(stack)
+

@@ -1,0 +1,89 @@
+"""Where a worker crashed: the crashing thread's stack in a faulthandler dump. Pure.
+
+Covers: the dump Python's faulthandler writes to stderr when a process dies of SIGSEGV, SIGABRT, SIGBUS,
+SIGFPE or SIGILL (``Fatal Python error: Segmentation fault``, then ``Current thread 0x... (most recent call
+first):``, or ``Stack (most recent call first):`` with one thread, then one ``File "PATH", line N in FUNC`` per
+frame), as kwdiag's nannies keep it: the ``stderr_tail`` of a ``worker-exit`` event (the embedded runtime's,
+and ``kwdiag run --dask``'s nanny plugin's). ``user_frame`` picks the innermost frame outside the standard
+library and installed packages: usually the task's own code.
+
+Does not cover: Dask's text logs (their readers keep only the lines a rule matches, so the frames under a
+``Fatal Python error`` there are not read), C-level stacks (``gdb``, core dumps), or Python tracebacks of
+exceptions (``Traceback (most recent call last):``, which the rules read as exceptions). A function pickled
+from a job script by cloudpickle (3.0 and later) runs as code whose file is ``<dynamic-code>``: its frame
+keeps its name and line, not its file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, NamedTuple
+
+MAX_FRAMES = 20
+_FATAL = "Fatal Python error"
+_CURRENT = re.compile(r"^(?:Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):\s*$")
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>\S.*?)\s*$')
+# Paths of code the user did not write: the standard library and installed packages.
+_STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?/")
+
+
+class Frame(NamedTuple):
+    """One call of the crashing thread: its function, file (shortened below ``site-packages`` or the standard
+    library's folder), line, and whether that file is the standard library's or an installed package's."""
+
+    function: str
+    file: str
+    line: int
+    library: bool = False
+
+    def __str__(self) -> str:
+        """``function (file:line)``, an absolute path of the task's own code cut to its last two parts (the
+        JSON keeps it whole): enough to find it, short enough for a report line."""
+        file = self.file
+        if not self.library and (file.startswith("/") or file[1:3] in (":\\", ":/")):
+            file = "/".join(file.replace("\\", "/").rstrip("/").split("/")[-2:])
+        return f"{self.function} ({file}:{self.line})"
+
+    def to_dict(self) -> dict:
+        return {"function": self.function, "file": self.file, "line": self.line, "library": self.library}
+
+
+def crash_stack(lines: Iterable[str]) -> tuple[Frame, ...]:
+    """The crashing thread's frames in the last faulthandler dump among ``lines``, innermost first (as the
+    dump lists them); empty when there is none or it shows no Python frame."""
+    lines = [str(x) for x in lines]
+    fatal = max((i for i, x in enumerate(lines) if _FATAL in x), default=None)
+    if fatal is None:
+        return ()
+    start = next((i for i in range(fatal + 1, len(lines)) if _CURRENT.match(lines[i])), None)
+    if start is None:
+        return ()
+    frames = []
+    for line in lines[start + 1:]:
+        m = _FRAME.match(line)
+        if m is None:
+            break
+        if len(frames) < MAX_FRAMES:
+            frames.append(_frame(m["function"], m["file"], int(m["line"])))
+    return tuple(frames)
+
+
+def user_frame(stack: Iterable[Frame]) -> Frame | None:
+    """The innermost frame outside the standard library and installed packages (the task's own code)."""
+    return next((f for f in stack if not f.library), None)
+
+
+def _frame(function: str, path: str, line: int) -> Frame:
+    """``/.../site-packages/dask/dataframe/core.py`` -> ``dask/dataframe/core.py`` (a library frame); the
+    standard library's ``/.../lib/python3.11/ctypes/__init__.py`` -> ``ctypes/__init__.py`` (too); other
+    paths as they are."""
+    if path.startswith("<frozen "):
+        return Frame(function, path, line, True)
+    unix = path.replace("\\", "/")
+    cut = max((unix.rfind(m) + len(m) for m in ("/site-packages/", "/dist-packages/") if m in unix), default=-1)
+    if cut < 0:
+        stdlib = [m.end() for m in _STDLIB.finditer(unix)]
+        cut = stdlib[-1] if stdlib else -1
+    if cut < 0 or cut >= len(path):
+        return Frame(function, path, line, False)
+    return Frame(function, path[cut:], line, True)
