@@ -69,3 +69,64 @@ def test_site_packages_frames_are_library_frames_and_shortened():
     stack = crash_stack(lines)
     assert [(f.file, f.line, f.library) for f in stack] == [
         ("numpy/core/a.py", 5, True), ("pandas\\b.py", 6, True), ("/home/me/etl.py", 7, False)]
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _segfaults(paths) -> dict:
+    from kwdiag.pipeline import analyze
+
+    return {(d.worker, d.incarnation): d for d in analyze([str(p) for p in paths]).deaths if d.detail == "segfault"}
+
+
+def test_a_dask_worker_log_gives_the_stack_under_its_fatal_python_error_line():
+    """Real Dask 2026.8 logs: w1 ran with PYTHONFAULTHANDLER=1 (its dump is under the line the rule read), w2
+    without (no dump, no stack)."""
+    deaths = _segfaults([ROOT / "sample_logs" / "dask-segfault"])
+    assert set(deaths) == {("w1", 1), ("w2", 1)}
+    w1 = deaths[("w1", 1)]
+    assert [(f.function, f.file.endswith("dask-segfault/make.py"), f.line) for f in w1.stack[:2]] == [
+        ("string_at", False, 519), ("crash", True, 13)]
+    assert "It crashed in crash (dask-segfault/make.py:13)" in w1.hints[0].text
+    assert deaths[("w2", 1)].stack == ()
+
+
+def test_in_a_merged_stream_the_dump_is_the_crashing_processs_own(tmp_path):
+    """compose-style prefixes, the two workers' lines interleaved: w1's frames only, prefixes removed."""
+    w1 = (ROOT / "sample_logs" / "dask-segfault" / "w1.log").read_text().splitlines()
+    w2 = (ROOT / "sample_logs" / "dask-segfault" / "w2.log").read_text().splitlines()
+    merged = []
+    for i in range(max(len(w1), len(w2))):
+        merged += [f"w1  | {x}" for x in w1[i:i + 1]] + [f"w2  | {x}" for x in w2[i:i + 1]]
+    (tmp_path / "compose.log").write_text("\n".join(merged) + "\n")
+    deaths = [d for d in _segfaults([tmp_path / "compose.log"]).values() if d.stack]
+    assert len(deaths) == 1 and [f.function for f in deaths[0].stack] == [
+        f.function for f in _segfaults([ROOT / "sample_logs" / "dask-segfault"])[("w1", 1)].stack]
+
+
+def test_gzip_and_stdin_are_not_read_twice(tmp_path):
+    import gzip
+
+    (tmp_path / "w1.log.gz").write_bytes(gzip.compress((ROOT / "sample_logs" / "dask-segfault" / "w1.log").read_bytes()))
+    deaths = _segfaults([tmp_path / "w1.log.gz"])
+    assert deaths and all(d.stack == () for d in deaths.values())
+
+
+def test_the_lines_after_a_line_are_found_whatever_the_block_size(tmp_path, monkeypatch):
+    """``kwdiag.readers.dumps`` counts whole blocks and splits only those that hold a window: lines cut by a block
+    boundary, a last line without its newline and windows that overlap give what a plain line loop gives."""
+    import random
+
+    from kwdiag.readers import dumps
+
+    rng = random.Random(7)
+    path = tmp_path / "log.txt"
+    for _ in range(300):
+        lines = [("x" * rng.choice([0, 1, 5, 50])) + str(i) for i in range(rng.randint(1, 200))]
+        path.write_text("\n".join(lines) + rng.choice(["", "\n"]))
+        monkeypatch.setattr(dumps, "BLOCK", rng.choice([1, 3, 7, 64, 4096]))
+        monkeypatch.setattr(dumps, "MAX_DUMP_LINES", rng.choice([1, 3, 80]))
+        targets = sorted(rng.sample(range(1, len(lines) + 1), min(3, len(lines))))
+        found = dumps._lines_after(str(path), targets)
+        assert found == {t: lines[t:t + dumps.MAX_DUMP_LINES] for t in targets}

@@ -252,11 +252,14 @@ def _running(inc: Incarnation) -> tuple[str, ...]:
 
 
 def _crash_stack(events: list[Event]) -> tuple[Frame, ...]:
-    """The crashing thread's frames, from the faulthandler dump in the stderr tail the nanny kept."""
+    """The crashing thread's frames, from a faulthandler dump: in the stderr tail the nanny kept, or under a
+    ``Fatal Python error`` line of a text log (``kwdiag.readers.dumps``)."""
     for e in events:
-        tail = e.get("stderr_tail") if e.kind == "worker-exit" else None
-        if isinstance(tail, list):
-            stack = crash_stack(tail)
+        lines = e.get("stderr_tail") if e.kind == "worker-exit" else None
+        if lines is None and e.kind == "fatal-signal" and isinstance(e.get("dump"), list):
+            lines = [e.message, *e.get("dump")]
+        if isinstance(lines, list):
+            stack = crash_stack(lines)
             if stack:
                 return stack
     return ()

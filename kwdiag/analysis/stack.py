@@ -22,7 +22,7 @@ from typing import Iterable, NamedTuple
 MAX_FRAMES = 20
 _FATAL = "Fatal Python error"
 _CURRENT = re.compile(r"^(?:Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):\s*$")
-_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>\S.*?)\s*$')
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>\S.*?)\s*$')
 # Paths of code the user did not write: the standard library and installed packages.
 _STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?/")
 

@@ -25,6 +25,7 @@ from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
 from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, END, NEAR_REMOVAL
 from kwdiag.readers import jsonlog
+from kwdiag.readers.dumps import attach_dumps
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
 from kwdiag.readers.shapes import is_noise, unwrap, unwrap_from
@@ -397,6 +398,8 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
     except OSError as exc:
         res.problems.append(InputProblem(inp.name, f"cannot read: {exc.strerror or exc}"))
         return res
+    if inp.path is not None and not stats.gzip:
+        attach_dumps(inp.path, state.events)
     res.events = state.events
     res.lines, res.bytes = stats.lines, stats.bytes
     res.runtime = _runtime_of(stats.head, state.json_events)
