@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_deaths
+from conftest import ANY, assert_deaths
 from kwdiag.engine import load_rules
 from kwdiag.pipeline import analyze
 from kwdiag.readers.text import parse_prefix
@@ -325,3 +325,15 @@ def test_a_collectors_prefix_names_the_process(line, who, ts):
     assert got_who == who and got_ts == ts
     assert not text.startswith(("worker-1", "[pod/", "2026-11-26T"))
 
+
+
+def test_a_start_that_fails_after_the_nanny_restarts_is_the_next_process(tmp_path):
+    """A nanny (distributed 2.x) whose worker failed to start, restarted it, and saw the new process fail too:
+    two processes, each a start failure, from lines that name neither (Dask 2.30.1's own wording, as the
+    corpus's preload case printed it). The second failure after 'Restarting worker' is not the first's."""
+    failed = ("distributed.nanny - ERROR - Failed while trying to start worker process: "
+              "preload dask_setup failed on purpose")
+    (tmp_path / "nanny.log").write_text("\n".join([
+        failed, "distributed.nanny - WARNING - Restarting worker", failed]) + "\n")
+    assert_deaths(analyze([str(tmp_path / "nanny.log")]).deaths, [
+        (ANY, 1, "unrecoverable_exception", "startup_failure"), (ANY, 2, "unrecoverable_exception", "startup_failure")])

@@ -324,10 +324,13 @@ def _repeats_an_end(p: Incarnation, e: Event, pid: int | None) -> bool:
 
 
 def _fits(p: Incarnation, e: Event) -> bool:
-    """``e`` can be more evidence of ``p``: its slot is free, and it is not a line a live process writes
-    arriving after ``p``'s nanny already reported ``p`` dead (a kwdiag exit record's own stderr tail aside)."""
+    """``e`` can be more evidence of ``p``: its slot is free, it is not a line a live process writes
+    arriving after ``p``'s nanny already reported ``p`` dead (a kwdiag exit record's own stderr tail aside),
+    and not a failed start after ``p``'s nanny said it was restarting it."""
     if not p.can_take(e):
         return False
+    if slot_of(e) == "startup" and "restart" in p.slots:
+        return False  # its nanny is restarting it: a start that fails now is the next process's
     return not (slot_of(e) in BEFORE_EXIT and "exit" in p.slots and e.get("via") != "stderr_tail")
 
 
