@@ -299,3 +299,16 @@ def test_reading_that_takes_a_while_shows_progress_on_a_terminal():
 def test_quiet_shows_no_progress():
     code, terminal = _explain_on_a_terminal(["--quiet"], _slow_log_blocks(), pause=1.5)
     assert code == 0 and "reading logs" not in terminal, terminal[-2000:]
+
+
+def test_a_killed_worker_pasted_alone_says_its_blame_is_unclear(tmp_path):
+    """Only the client's KilledWorker line (real Dask 2026.8 wording): the deaths it counts are unseen, and
+    whether they were the task's fault cannot be told; both reports say so in words."""
+    line = next(x for x in (ROOT / "sample_logs" / "dask-killedworker" / "client.log").read_text().splitlines()
+                if "KilledWorker: Attempted to run task" in x)
+    (tmp_path / "paste.txt").write_text(line + "\n")
+    report = analyze([str(tmp_path / "paste.txt")], rules=RULES)
+    assert [(d.cause, d.detail) for d in report.deaths] == [("unknown", "no_evidence")] * 2
+    assert "KilledWorker: task suicide: blame unclear (the logs cannot tell); 2 death(s) counted" in \
+        " ".join(render_plain(report).split())
+    assert "## KilledWorker: `suicide`: blame unclear (the logs cannot tell)" in render_markdown(report)

@@ -89,10 +89,10 @@ def _group(g, base: str | None) -> list[str]:
 def _killed_workers(report: Report, group_of: dict[int, str]) -> list[str]:
     out = []
     for k in report.killed_workers:
-        fair = {True: "fair", False: "unfair", None: "cannot tell"}[k.fair]
+        fair = {True: "blame looks fair", False: "blame looks unfair", None: "blame unclear (the logs cannot tell)"}[k.fair]
         ids = sorted({group_of[id(d)] for d in k.deaths if id(d) in group_of})
         where = (f"; its {len(k.deaths)} counted death(s) are in " + ", ".join(f"[{i}]" for i in ids)) if ids else ""
-        out += [f"## KilledWorker: `{_code(k.task)}`: blame looks {fair}{where}", ""]
+        out += [f"## KilledWorker: `{_code(k.task)}`: {fair}{where}", ""]
         out += [f"- {_md(r)}" for r in k.reasons]
         out += [f"- **fix ({h.runtime})**: {_md(h.text, 1000)}" for h in k.hints]
         out.append("")
