@@ -35,6 +35,7 @@ import os
 import pickle
 import threading
 import time
+import types
 import uuid
 import warnings
 import weakref
@@ -149,9 +150,26 @@ class _KeyState:
         self.listeners: list[Callable[[], None]] = []   # called on the client loop once it is done
 
 
+_DYNAMIC_CODE = "<dynamic-code>"
+_cloudpickle_code_reduce = cloudpickle.CloudPickler.dispatch_table.get(types.CodeType)
+
+
+def _code_reduce_keeping_file(code: types.CodeType) -> tuple:
+    """cloudpickle's reduction of a code object, with the code's own file name where cloudpickle 3 writes
+    ``<dynamic-code>`` (for payloads that do not depend on where a function was defined): a function from the
+    job script then crashes, raises and shows in tracebacks and faulthandler dumps as ``job.py:12``, the file
+    the user can open, not ``<dynamic-code>:12``."""
+    ctor, args = _cloudpickle_code_reduce(code)
+    return ctor, tuple(code.co_filename if type(a) is str and a == _DYNAMIC_CODE else a for a in args)
+
+
 class _SpecPickler(cloudpickle.CloudPickler):
     """Pickles ``(fn, args, kwargs)``, turning every Future inside (and every ``KeyRef`` of a Dask graph) into a
     dependency reference."""
+
+    if _cloudpickle_code_reduce is not None:   # cloudpickle reduces code objects itself (3.x renames their file)
+        dispatch_table = collections.ChainMap({types.CodeType: _code_reduce_keeping_file},
+                                              cloudpickle.CloudPickler.dispatch_table)
 
     def __init__(self, file: io.BytesIO, deps: list[str]):
         super().__init__(file, protocol=5)

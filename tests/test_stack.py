@@ -130,3 +130,25 @@ def test_the_lines_after_a_line_are_found_whatever_the_block_size(tmp_path, monk
         targets = sorted(rng.sample(range(1, len(lines) + 1), min(3, len(lines))))
         found = dumps._lines_after(str(path), targets)
         assert found == {t: lines[t:t + dumps.MAX_DUMP_LINES] for t in targets}
+
+
+def test_a_function_from_the_job_script_keeps_its_file_when_pickled_for_a_task():
+    """cloudpickle 3 writes ``<dynamic-code>`` as the file of a function it pickles by value (one defined in the
+    job script, ``__main__``); kwdiag's client keeps the real file, so crash frames and tracebacks name the file
+    the user can open. Plain cloudpickle in the same run shows what it would have been."""
+    import io
+    import pickle
+    import types
+
+    import cloudpickle
+
+    from kwdiag.runtime.client import _SpecPickler
+
+    job = types.ModuleType("__main__")   # a job script's functions live in __main__: pickled by value
+    exec(compile("def work(x):\n    return 1 / x\n", "/home/me/etl/job.py", "exec"), job.__dict__)
+    buffer = io.BytesIO()
+    _SpecPickler(buffer, []).dump(job.work)
+    loaded = pickle.loads(buffer.getvalue())
+    assert loaded.__code__.co_filename == "/home/me/etl/job.py" and loaded(4) == 0.25
+    plain = pickle.loads(cloudpickle.dumps(job.work)).__code__.co_filename
+    assert plain in ("<dynamic-code>", "/home/me/etl/job.py")   # cloudpickle 3 renames it; 2.x does not

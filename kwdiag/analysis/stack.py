@@ -7,11 +7,12 @@ frame), as kwdiag's nannies keep it: the ``stderr_tail`` of a ``worker-exit`` ev
 and ``kwdiag run --dask``'s nanny plugin's). ``user_frame`` picks the innermost frame outside the standard
 library and installed packages: usually the task's own code.
 
-Does not cover: Dask's text logs (their readers keep only the lines a rule matches, so the frames under a
-``Fatal Python error`` there are not read), C-level stacks (``gdb``, core dumps), or Python tracebacks of
-exceptions (``Traceback (most recent call last):``, which the rules read as exceptions). A function pickled
-from a job script by cloudpickle (3.0 and later) runs as code whose file is ``<dynamic-code>``: its frame
-keeps its name and line, not its file.
+The lines under a ``Fatal Python error`` of a Dask text log come from ``kwdiag.readers.dumps``.
+
+Does not cover: C-level stacks (``gdb``, core dumps), or Python tracebacks of exceptions (``Traceback (most
+recent call last):``, which the rules read as exceptions). A function that Dask's client pickled from a job
+script with cloudpickle 3 runs as code whose file is ``<dynamic-code>``: its frame keeps its name and line, not
+its file (kwdiag's client keeps the file).
 """
 
 from __future__ import annotations
