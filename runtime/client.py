@@ -159,7 +159,10 @@ def _code_reduce_keeping_file(code: types.CodeType) -> tuple:
     ``<dynamic-code>`` (for payloads that do not depend on where a function was defined): a function from the
     job script then crashes, raises and shows in tracebacks and faulthandler dumps as ``job.py:12``, the file
     the user can open, not ``<dynamic-code>:12``."""
-    ctor, args = _cloudpickle_code_reduce(code)
+    reduced = _cloudpickle_code_reduce(code)
+    if not (isinstance(reduced, tuple) and len(reduced) == 2 and isinstance(reduced[1], tuple)):
+        return reduced   # another cloudpickle's shape: as it is
+    ctor, args = reduced
     return ctor, tuple(code.co_filename if type(a) is str and a == _DYNAMIC_CODE else a for a in args)
 
 

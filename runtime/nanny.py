@@ -32,7 +32,10 @@ from kwdiag.runtime.config import format_bytes
 logger = logging.getLogger("kwdiag.nanny")
 
 SAMPLES_KEPT_SECONDS = 30.0
-STDERR_TAIL_LINES = 100  # room for a faulthandler dump of a few threads
+STDERR_TAIL_LINES = 100  # the last lines the worker wrote to stderr
+CRASH_DUMP_LINES = 2000  # a faulthandler dump from its first line: a worker of 100 threads prints ~1,500
+CRASH_DUMP_CHARS = 256_000  # and its size: the worker-exit record must stay one readable JSONL line (< 1 MiB)
+FATAL_MARKERS = ("Fatal Python error", "Windows fatal exception")
 
 
 def signal_name(number: int) -> str:
@@ -60,11 +63,13 @@ class _LineProtocol(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.rest:
-            rest, self.rest = self.rest, b""
-            self.on_line(rest)
-        if not self.closed.done():
-            self.closed.set_result(None)
+        try:
+            if self.rest:
+                rest, self.rest = self.rest, b""
+                self.on_line(rest)
+        finally:  # whatever on_line does, the reader learns the pipe is closed
+            if not self.closed.done():
+                self.closed.set_result(None)
 
 
 class TreeRss:
@@ -139,6 +144,8 @@ class Nanny:
         self.sent_signals: set[int] = set()      # signals the nanny sent the current worker
         self.samples: collections.deque = collections.deque()
         self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.crash_dump: list[str] = []   # from the last "Fatal Python error" line on (the tail may cut it)
+        self._dump_chars = 0
         self.started_at = 0.0
         self.deaths: collections.deque = collections.deque()
         self.closing: str | None = None
@@ -172,6 +179,7 @@ class Nanny:
         self.worker_address = None
         self.samples.clear()
         self.stderr_tail.clear()
+        self.crash_dump = []
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
         where = ["--scheduler", self.scheduler_address]  # the file, when there is one, says where it is now
@@ -215,7 +223,14 @@ class Nanny:
                 return
             out.write(line)
             out.flush()
-            self.stderr_tail.append(line[:1000].decode("utf-8", "replace").rstrip("\n"))
+            text = line[:1000].decode("utf-8", "replace").rstrip("\n")
+            self.stderr_tail.append(text)
+            if any(m in text for m in FATAL_MARKERS):
+                self.crash_dump, self._dump_chars = [text], len(text)
+            elif self.crash_dump and len(self.crash_dump) < CRASH_DUMP_LINES \
+                    and self._dump_chars + len(text) <= CRASH_DUMP_CHARS:
+                self.crash_dump.append(text)
+                self._dump_chars += len(text)
 
     async def _read_status(self, fd: int) -> None:
         """Read the worker's status lines until it closes its end. Chunks, not lines: a busy worker writes two
@@ -273,6 +288,7 @@ class Nanny:
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction,
                        peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
                        running_tasks=sorted(self.running), stderr_tail=list(self.stderr_tail),
+                       **({"crash_dump": self.crash_dump} if self.crash_dump else {}),
                        uptime=round(time.monotonic() - self.started_at, 3), will_restart=will_restart)
         self._exited.set()
         if not will_restart:

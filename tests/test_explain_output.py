@@ -312,3 +312,6 @@ def test_a_killed_worker_pasted_alone_says_its_blame_is_unclear(tmp_path):
     assert "KilledWorker: task suicide: blame unclear (the logs cannot tell); 2 death(s) counted" in \
         " ".join(render_plain(report).split())
     assert "## KilledWorker: `suicide`: blame unclear (the logs cannot tell)" in render_markdown(report)
+    from kwdiag.report.html import render_html
+
+    assert "task suicide: blame unclear (the logs cannot tell)</h3>" in render_html(report)

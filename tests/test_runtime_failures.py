@@ -203,6 +203,7 @@ def test_the_nanny_knows_exactly_what_ran_when_tasks_follow_each_other_on_one_th
         crash = wait_for_event(log_dir, "worker-exit")[0]
         assert crash.fields["signal_name"] == "SIGSEGV" and crash.fields["running_tasks"] == [bad.key]
         # The report says where it crashed: the faulthandler dump the nanny kept, the task's own frame named.
+        assert crash.fields["crash_dump"][0] == "Fatal Python error: Segmentation fault"   # kept whole
         death = next(d for d in analyze([log_dir]).deaths if d.detail == "segfault")
         assert [f.function for f in death.stack[:2]] == ["string_at", "segfault_after"]
         assert "it crashed in segfault_after (" in death.hints[0].text

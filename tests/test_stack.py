@@ -113,9 +113,10 @@ def test_gzip_and_stdin_are_not_read_twice(tmp_path):
     assert deaths and all(d.stack == () for d in deaths.values())
 
 
-def test_the_lines_after_a_line_are_found_whatever_the_block_size(tmp_path, monkeypatch):
+def test_the_lines_from_a_line_on_are_found_whatever_the_block_size(tmp_path, monkeypatch):
     """``kwdiag.readers.dumps`` counts whole blocks and splits only those that hold a window: lines cut by a block
-    boundary, a last line without its newline and windows that overlap give what a plain line loop gives."""
+    boundary, CRLF, a last line without its newline, lines longer than a block and windows that overlap give what
+    a plain line loop gives."""
     import random
 
     from kwdiag.readers import dumps
@@ -123,32 +124,63 @@ def test_the_lines_after_a_line_are_found_whatever_the_block_size(tmp_path, monk
     rng = random.Random(7)
     path = tmp_path / "log.txt"
     for _ in range(300):
-        lines = [("x" * rng.choice([0, 1, 5, 50])) + str(i) for i in range(rng.randint(1, 200))]
-        path.write_text("\n".join(lines) + rng.choice(["", "\n"]))
+        lines = [("x" * rng.choice([0, 1, 5, 50, 300])) + str(i) for i in range(rng.randint(1, 200))]
+        newline = rng.choice(["\n", "\r\n"])
+        path.write_bytes((newline.join(lines) + rng.choice(["", newline])).encode())
         monkeypatch.setattr(dumps, "BLOCK", rng.choice([1, 3, 7, 64, 4096]))
         monkeypatch.setattr(dumps, "MAX_DUMP_LINES", rng.choice([1, 3, 80]))
+        monkeypatch.setattr(dumps, "MAX_LINE", rng.choice([20, 4096]))
         targets = sorted(rng.sample(range(1, len(lines) + 1), min(3, len(lines))))
-        found = dumps._lines_after(str(path), targets)
-        assert found == {t: lines[t:t + dumps.MAX_DUMP_LINES] for t in targets}
+        found = dumps._lines_from(str(path), targets)
+        assert found == {t: [x[:dumps.MAX_LINE] for x in lines[t - 1:t + dumps.MAX_DUMP_LINES]] for t in targets}
 
 
-def test_a_function_from_the_job_script_keeps_its_file_when_pickled_for_a_task():
-    """cloudpickle 3 writes ``<dynamic-code>`` as the file of a function it pickles by value (one defined in the
-    job script, ``__main__``); kwdiag's client keeps the real file, so crash frames and tracebacks name the file
-    the user can open. Plain cloudpickle in the same run shows what it would have been."""
-    import io
-    import pickle
-    import types
+MANY_THREADS = textwrap.dedent('''
+    import ctypes, faulthandler, threading, time
 
-    import cloudpickle
+    faulthandler.enable(all_threads=True)
 
-    from kwdiag.runtime.client import _SpecPickler
+    def idle():
+        time.sleep(60)
 
-    job = types.ModuleType("__main__")   # a job script's functions live in __main__: pickled by value
-    exec(compile("def work(x):\n    return 1 / x\n", "/home/me/etl/job.py", "exec"), job.__dict__)
-    buffer = io.BytesIO()
-    _SpecPickler(buffer, []).dump(job.work)
-    loaded = pickle.loads(buffer.getvalue())
-    assert loaded.__code__.co_filename == "/home/me/etl/job.py" and loaded(4) == 0.25
-    plain = pickle.loads(cloudpickle.dumps(job.work)).__code__.co_filename
-    assert plain in ("<dynamic-code>", "/home/me/etl/job.py")   # cloudpickle 3 renames it; 2.x does not
+    def crash_here():
+        ctypes.string_at(0)
+
+    for _ in range(15):   # started after the main thread: the dump lists them first, the crashing one last
+        threading.Thread(target=idle, daemon=True).start()
+    time.sleep(0.2)
+    crash_here()
+''')
+
+
+def test_a_worker_of_many_threads_still_gives_the_crashing_threads_frames(tmp_path):
+    """16 threads: the crashing (oldest) thread's block comes ~100 lines after 'Fatal Python error'. A text log
+    holding the dump, and a nanny's 100-line stderr tail that lost the dump's first line, both give its frames."""
+    script = tmp_path / "job.py"
+    script.write_text(MANY_THREADS)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=60)
+    assert done.returncode == -11
+    lines = done.stderr.decode().splitlines()
+    current = next(i for i, x in enumerate(lines) if x.startswith("Current thread"))
+    assert current > 80   # beyond the window and the tail kwdiag used to keep
+    assert [f.function for f in crash_stack(lines[-100:])] == ["string_at", "crash_here", "<module>"]
+    (tmp_path / "worker.log").write_text("\n".join(lines) + "\n")
+    [death] = _segfaults([tmp_path / "worker.log"]).values()
+    assert [f.function for f in death.stack] == ["string_at", "crash_here", "<module>"]
+
+
+def test_two_crashes_in_one_stream_each_keep_their_own_dump(tmp_path):
+    """Two real Dask worker logs one after the other in one file (two workers writing to one terminal): each
+    'Fatal Python error' gets the dump under it, not the next one's."""
+    from kwdiag.engine import load_rules
+    from kwdiag.readers import read_events
+
+    first = (ROOT / "sample_logs" / "dask-segfault" / "w1.log").read_text()
+    second = (ROOT / "sample_logs" / "dask-2024-memory-segfault" / "w2.log").read_text()
+    (tmp_path / "both.log").write_text(first + second)
+    events, _, _ = read_events([str(tmp_path / "both.log")], load_rules())
+    fatal = [e for e in events if "Fatal Python error" in e.message]
+    stacks = [crash_stack([e.message, *e.fields["dump"]]) for e in fatal]
+    assert [(s[1].function, s[1].line, s[1].file.rsplit("/", 2)[-2]) for s in stacks] == [
+        ("crash", 13, "dask-segfault"), ("crash", 24, "dask-2024-memory-segfault")]
+    assert all(not any("Fatal Python error" in x for x in e.fields["dump"]) for e in fatal)

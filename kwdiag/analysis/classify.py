@@ -251,15 +251,21 @@ def _running(inc: Incarnation) -> tuple[str, ...]:
     return tuple(running)
 
 
+# Deaths a faulthandler dump is about: the signals it handles (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL).
+CRASH_DETAILS = frozenset({"segfault", "signal_4", "signal_6", "signal_7", "signal_8", "sigabrt", "sigbus", "sigfpe",
+                           "sigill"})
+
+
 def _crash_stack(events: list[Event]) -> tuple[Frame, ...]:
-    """The crashing thread's frames, from a faulthandler dump: in the stderr tail the nanny kept, or under a
-    ``Fatal Python error`` line of a text log (``kwdiag.readers.dumps``)."""
+    """The crashing thread's frames, from a faulthandler dump: the one the nanny kept whole (``crash_dump``) or
+    the end of the worker's stderr (``stderr_tail``), or the lines under a ``Fatal Python error`` line of a text
+    log (``kwdiag.readers.dumps``)."""
     for e in events:
-        lines = e.get("stderr_tail") if e.kind == "worker-exit" else None
-        if lines is None and e.kind == "fatal-signal" and isinstance(e.get("dump"), list):
-            lines = [e.message, *e.get("dump")]
-        if isinstance(lines, list):
-            stack = crash_stack(lines)
+        candidates = [e.get("crash_dump"), e.get("stderr_tail")] if e.kind in ("worker-exit", "worker-removed") else []
+        if e.kind == "fatal-signal" and isinstance(e.get("dump"), list):
+            candidates.append([e.message, *e.get("dump")])
+        for lines in candidates:
+            stack = crash_stack(lines) if isinstance(lines, list) else ()
             if stack:
                 return stack
     return ()
@@ -267,7 +273,7 @@ def _crash_stack(events: list[Event]) -> tuple[Frame, ...]:
 
 def explain(inc: Incarnation, tl: Timeline, decision: Decision, events: list[Event], seen, inp: Inputs) -> Death:
     rules_used = _deciding_rules(decision)
-    stack = _crash_stack(events) if decision.cause != "chose_to_exit" else ()
+    stack = _crash_stack(events) if decision.detail in CRASH_DETAILS else ()
     noticed_by, noticed_after = _noticed(inc)
     severity = "info" if decision.cause == "chose_to_exit" else max(
         (r.severity for r in rules_used), key=lambda s: ("info", "warning", "error").index(s), default="error")

@@ -21,11 +21,13 @@ import re
 from typing import Iterable, NamedTuple
 
 MAX_FRAMES = 20
-_FATAL = "Fatal Python error"
+FATAL_MARKERS = ("Fatal Python error", "Windows fatal exception")
 _CURRENT = re.compile(r"^(?:Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):\s*$")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>\S.*?)\s*$')
 # Paths of code the user did not write: the standard library and installed packages.
-_STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?/")
+# the standard library's folder: /usr/lib/python3.11/, /usr/lib64/python3.11/, /usr/lib/pypy3.10/, and on
+# Windows C:/Python311/Lib/ (outside site-packages, which is looked for first)
+_STDLIB = re.compile(r"/lib(?:64)?/(?:python|pypy)\d+\.\d+/|^[A-Za-z]:/(?:.*/)?Lib/")
 
 
 class Frame(NamedTuple):
@@ -51,12 +53,15 @@ class Frame(NamedTuple):
 
 def crash_stack(lines: Iterable[str]) -> tuple[Frame, ...]:
     """The crashing thread's frames in the last faulthandler dump among ``lines``, innermost first (as the
-    dump lists them); empty when there is none or it shows no Python frame."""
+    dump lists them); empty when there is none or it shows no Python frame. A tail that lost the dump's first
+    line to its length still has the crashing thread's block (``Current thread ...``): it is read then."""
     lines = [str(x) for x in lines]
-    fatal = max((i for i, x in enumerate(lines) if _FATAL in x), default=None)
-    if fatal is None:
-        return ()
-    start = next((i for i in range(fatal + 1, len(lines)) if _CURRENT.match(lines[i])), None)
+    fatal = max((i for i, x in enumerate(lines) if any(m in x for m in FATAL_MARKERS)), default=-1)
+    if fatal >= 0:
+        start = next((i for i in range(fatal + 1, len(lines)) if _CURRENT.match(lines[i])), None)
+    else:
+        start = max((i for i, x in enumerate(lines) if x.startswith("Current thread 0x") and _CURRENT.match(x)),
+                    default=None)
     if start is None:
         return ()
     frames = []

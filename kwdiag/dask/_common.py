@@ -32,6 +32,9 @@ EXECUTING_KIND = "tasks-executing"
 BANNER = "kwdiag: worker process pid={pid} started"  # marks where one incarnation's lines begin in the log
 TAIL_BYTES = 1 << 20   # how far back from the end a reader looks for one process's last lines
 TAIL_LINES = 100       # room for a faulthandler dump of a few threads, as the embedded nanny keeps
+CRASH_DUMP_LINES = 2000  # the whole dump besides (``process_crash_dump``), bounded as the embedded nanny's
+CRASH_DUMP_CHARS = 256_000
+FATAL_MARKERS = ("Fatal Python error", "Windows fatal exception")
 
 logger = logging.getLogger("kwdiag.dask")
 
@@ -222,10 +225,9 @@ def last_executing(events_path: str, pid: int | None) -> list[str] | None:
     return None
 
 
-def process_log_tail(log_path: str, pid: int | None, limit: int = TAIL_LINES) -> list[str] | None:
-    """The lines worker process ``pid`` wrote in its log between its banner and the next one (its
-    faulthandler dump, warnings): at most ``limit``, keeping the first lines (a dump's header says what
-    happened) and the last; None when the banner is not there."""
+def _process_section(log_path: str, pid: int | None) -> list[str] | None:
+    """The lines worker process ``pid`` wrote in its log between its banner and the next one; None when the
+    banner is not there."""
     if pid is None:
         return None
     lines = _tail_lines(log_path)
@@ -235,9 +237,36 @@ def process_log_tail(log_path: str, pid: int | None, limit: int = TAIL_LINES) ->
         return None
     prefix = BANNER.split("{", 1)[0]
     end = next((i for i in range(start + 1, len(lines)) if prefix in lines[i]), len(lines))
-    section = [line[:1000] for line in lines[start + 1:end]]
+    return [line[:1000] for line in lines[start + 1:end]]
+
+
+def process_log_tail(log_path: str, pid: int | None, limit: int = TAIL_LINES) -> list[str] | None:
+    """The lines worker process ``pid`` wrote in its log between its banner and the next one (its
+    faulthandler dump, warnings): at most ``limit``, keeping the first lines (a dump's header says what
+    happened) and the last; None when the banner is not there."""
+    section = _process_section(log_path, pid)
+    if section is None:
+        return None
     head = min(20, limit // 2)
     return section if len(section) <= limit else section[:head] + section[-(limit - head):]
+
+
+def process_crash_dump(log_path: str, pid: int | None) -> list[str] | None:
+    """Process ``pid``'s faulthandler dump whole, from its last ``Fatal Python error`` line (the tail keeps only
+    its ends, and a worker of many threads prints the crashing one's frames anywhere in it); bounded as the
+    embedded nanny bounds it. None when there is none."""
+    section = _process_section(log_path, pid) or []
+    start = next((i for i in range(len(section) - 1, -1, -1)
+                  if any(m in section[i] for m in FATAL_MARKERS)), None)
+    if start is None:
+        return None
+    out, chars = [], 0
+    for line in section[start:start + CRASH_DUMP_LINES]:
+        chars += len(line)
+        if chars > CRASH_DUMP_CHARS:
+            break
+        out.append(line)
+    return out
 
 
 def text_line(logger_name: str, level: str, message: str, when: float | None = None) -> str:

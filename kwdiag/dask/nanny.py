@@ -30,8 +30,8 @@ from typing import Any
 from distributed.diagnostics.plugin import NannyPlugin
 
 from kwdiag.dask import _hooks
-from kwdiag.dask._common import (Recorder, last_executing, process_log_tail, run_dir, scheduler_address_of,
-                                 signal_name, stem, versions)
+from kwdiag.dask._common import (Recorder, last_executing, process_crash_dump, process_log_tail, run_dir,
+                                 scheduler_address_of, signal_name, stem, versions)
 
 SAMPLES_KEPT_SECONDS = 30.0
 FORWARD_TAIL = (5, 15)  # the compact copy keeps the first and last lines of the log tail (a dump's header)
@@ -266,6 +266,7 @@ class NannyRecorder(NannyPlugin):
         samples = self.sampler.samples_of(facts.pid)
         running = last_executing(self._worker_file(facts.address, ".jsonl"), facts.pid)
         tail = process_log_tail(self._worker_file(facts.address, ".log"), facts.pid)
+        dump = process_crash_dump(self._worker_file(facts.address, ".log"), facts.pid)
         first = self.sampler.first_seen.get(facts.pid)
         fraction = getattr(manager, "memory_terminate_fraction", None)
         fields = dict(pid=facts.pid, exitcode=code, signal=signum, signal_name=signal_name(signum) if signum else None,
@@ -273,7 +274,7 @@ class NannyRecorder(NannyPlugin):
                       address=facts.address, memory_limit=getattr(manager, "memory_limit", None),
                       terminate_fraction=fraction if fraction is not False else None,
                       peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
-                      running_tasks=running or [], stderr_tail=tail or [],
+                      running_tasks=running or [], stderr_tail=tail or [], **({"crash_dump": dump} if dump else {}),
                       uptime=round(facts.at - first, 3) if first else None,
                       will_restart=nanny_status == "running", nanny_status=nanny_status)
         absent = [name for name, value in (("running_tasks", running), ("stderr_tail", tail),

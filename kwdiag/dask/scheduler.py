@@ -29,7 +29,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from kwdiag.dask._common import (Recorder, key_text, last_executing, missing, process_log_tail, run_dir, sorted_keys,
+from kwdiag.dask._common import (Recorder, key_text, last_executing, missing, process_crash_dump, process_log_tail, run_dir, sorted_keys,
                                  stem, versions)
 
 # The stimulus that made Dask remove a worker says how it noticed (prefix of "<prefix>-<timestamp>").
@@ -199,6 +199,9 @@ class SchedulerRecorder(SchedulerPlugin):
             running_tasks=running or [], nanny=ws.nanny or None, pid=ws.pid)
         if not ws.nanny:  # nobody else will record this process's last words (its faulthandler dump)
             fields["stderr_tail"] = process_log_tail(worker_file + ".log", ws.pid) or []
+            dump = process_crash_dump(worker_file + ".log", ws.pid)
+            if dump:
+                fields["crash_dump"] = dump
         fields.update(missing(expected=expected, lost=lost, lost_scattered=lost_scattered, running_tasks=running))
         return fields
 

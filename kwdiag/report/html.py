@@ -26,7 +26,7 @@ from kwdiag.analysis.groups import DeathGroup, group_deaths
 from kwdiag.analysis.model import Death, MemoryTrace, Report
 from kwdiag.escape import html as esc
 from kwdiag.units import format_bytes
-from kwdiag.report.text import conf, crash_frames, hint_for, proof, when, who
+from kwdiag.report.text import BLAME, conf, crash_frames, hint_for, proof, when, who
 
 CAUSE_COLOURS = {
     "nanny_memory_restart": "#e8590c",
@@ -538,10 +538,9 @@ def _killed_worker_cards(report: Report) -> list[str]:
     if not report.killed_workers:
         return []
     parts = ['<h2>KilledWorker</h2>']
-    fair = {True: "fair", False: "unfair", None: "cannot tell"}
     for k in report.killed_workers:
-        parts.append(f'<div class="death" style="border-left-color:#212529"><h3>task {esc(k.task, 200)}: blame '
-                     f'looks {fair[k.fair]}</h3><ul>')
+        parts.append(f'<div class="death" style="border-left-color:#212529"><h3>task {esc(k.task, 200)}: '
+                     f'{esc(BLAME[k.fair])}</h3><ul>')
         parts.extend(f"<li>counted: {esc(d.worker)} #{d.incarnation} at {esc(when(d.at))}: "
                      f"{esc(d.cause)}/{esc(d.detail)}</li>" for d in k.deaths)
         parts.extend(f"<li>{esc(r, 400)}</li>" for r in k.reasons)

@@ -12,7 +12,7 @@ import re
 from kwdiag.analysis.groups import group_deaths
 from kwdiag.analysis.model import Report
 from kwdiag.escape import safe
-from kwdiag.report.text import base_dir, conf, crash_frames, hint_for, proof, short, when
+from kwdiag.report.text import BLAME, base_dir, conf, crash_frames, hint_for, proof, short, when
 from kwdiag.units import format_bytes
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~#!])")
@@ -89,7 +89,7 @@ def _group(g, base: str | None) -> list[str]:
 def _killed_workers(report: Report, group_of: dict[int, str]) -> list[str]:
     out = []
     for k in report.killed_workers:
-        fair = {True: "blame looks fair", False: "blame looks unfair", None: "blame unclear (the logs cannot tell)"}[k.fair]
+        fair = BLAME[k.fair]
         ids = sorted({group_of[id(d)] for d in k.deaths if id(d) in group_of})
         where = (f"; its {len(k.deaths)} counted death(s) are in " + ", ".join(f"[{i}]" for i in ids)) if ids else ""
         out += [f"## KilledWorker: `{_code(k.task)}`: {fair}{where}", ""]

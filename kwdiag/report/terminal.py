@@ -26,10 +26,9 @@ from kwdiag.analysis.groups import task_family as _family
 from kwdiag.analysis.model import Death, Evidence, Report
 from kwdiag.escape import safe
 from kwdiag.report.sparkline import sparkline
-from kwdiag.report.text import base_dir, conf, crash_frames, from_here, hint_for, proof, short, when, who
+from kwdiag.report.text import BLAME, base_dir, conf, crash_frames, from_here, hint_for, proof, short, when, who
 
 WIDTH = 80
-FAIR = {True: "blame looks fair", False: "blame looks unfair", None: "blame unclear (the logs cannot tell)"}
 Line = tuple[str, str]  # (style, text): style is a name the rich renderer colours, "" for none
 
 
@@ -217,7 +216,7 @@ def _killed_lines(report: Report, group_of: dict[int, str], verbose: bool, told:
             continue  # its group's line names it
         groups = sorted({group_of[id(d)] for d in k.deaths if id(d) in group_of})
         counted = f"{len(k.deaths)} death(s) counted" + (f", in {', '.join(f'[{g}]' for g in groups)}" if groups else "")
-        out += [("killed", x) for x in _wrap(f"KilledWorker: task {safe(k.task, 200)}: {FAIR[k.fair]}; "
+        out += [("killed", x) for x in _wrap(f"KilledWorker: task {safe(k.task, 200)}: {BLAME[k.fair]}; "
                                              f"{counted}")]
         if k.fair is True and groups and not verbose:
             continue

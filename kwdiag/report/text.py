@@ -10,6 +10,8 @@ from kwdiag.analysis.model import Death, Evidence, Hint
 from kwdiag.escape import safe
 
 EVIDENCE_PER_GROUP = 3
+# What a report says of a KilledWorker's blame (``KilledWorkerBlame.fair``).
+BLAME = {True: "blame looks fair", False: "blame looks unfair", None: "blame unclear (the logs cannot tell)"}
 
 
 def when(ts: float | None, *, utc: bool = False) -> str:

@@ -292,9 +292,9 @@ def _own_dask_cluster(runtime: str, tasks: dict[str, int], report) -> str | None
     """A note when the job ignored kwdiag's cluster and started a Dask cluster of its own (``Client()`` imported
     from ``dask.distributed``): kwdiag's workers ran nothing, while Dask's lines are in the job's output. Its
     deaths are still read from those lines, but a LocalCluster logs at WARNING, without the lines that say why."""
-    if runtime != "kwdiag" or tasks.get("submitted", 0) or "dask" not in report.runtimes:
-        return None
-    return ("Note: the job ran no task on kwdiag's cluster; it started a Dask cluster of its own (Dask's lines are in "
-            "its output). Import Client from kwdiag.runtime instead of dask.distributed (the rest of the Dask code "
-            "stays), or run it with `kwdiag run --dask`, which starts the Dask cluster its Client() joins and keeps "
-            "every process's log at INFO.")
+    if runtime != "kwdiag" or not tasks or tasks.get("submitted") or "dask" not in report.runtimes:
+        return None   # (no task counts: the cluster was not reachable at the end, so nothing is known)
+    return ("Note: the job ran no task on kwdiag's cluster, and Dask's lines are in its output: it ran on a Dask "
+            "cluster of its own (Client from dask.distributed). Import Client from kwdiag.runtime instead (the "
+            "rest of the Dask code stays), or run it with `kwdiag run --dask`, which starts a Dask cluster for the "
+            "job's Client() to join and keeps every process's log at INFO.")
