@@ -282,8 +282,10 @@ user would write, one per class, each matching line counted as a death of its cl
   its misses were things kwdiag did not know: Dask 2.x's `Failed while trying to start worker process` (the
   nanny's word for a start that raised; read since as a start failure) and a start that fails after the nanny
   said it was restarting the worker (the next process, not the same one). Those two changes got 2 more of
-  `pastes5` and 2 of `pastes2` right and changed nothing else; the figure below is after them, so `pastes5`
-  no longer measures them blind. Its remaining misses are readings its collector marked contested (a
+  `pastes5` and 2 of `pastes2` right; the only other change is one more `unknown` death in `pastes4`'s
+  `distributed-3384` (four `Restarting worker` lines, then `Nanny failed to start process`: read now as a fifth
+  process that failed to start, where its label counts the four teardowns and the case was already wrong).
+  The figure below is after them, so `pastes5` no longer measures them blind. Its remaining misses are readings its collector marked contested (a
   KilledWorker count, a SLURM cancel, a `client.restart` timeout). The held-out figure is on its own at the end.
 
 """

@@ -199,9 +199,11 @@ def test_a_segfaulting_task_gets_killed_worker_and_each_death_its_dump(nanny_clu
     for e in exits:
         assert (e.fields["signal_name"], e.fields["caused_by"]) == ("SIGSEGV", None)
         assert "Fatal Python error: Segmentation fault" in e.fields["stderr_tail"]
+        assert e.fields["crash_dump"][0] == "Fatal Python error: Segmentation fault"   # the dump, whole
     report = analyze([str(run_dir)])
     deaths = [d for d in report.deaths if d.pid in {e.fields["pid"] for e in exits}]
     assert [(d.cause, d.detail) for d in deaths] == [("sudden_exit", "segfault")] * 2
+    assert all([f.function for f in d.stack[:2]] == ["string_at", "segfault"] for d in deaths)   # where it crashed
     blame = next(b for b in report.killed_workers if b.task == "segfaults")
     assert blame.fair is True and {(d.worker, d.incarnation) for d in blame.deaths} == \
         {(d.worker, d.incarnation) for d in deaths}
@@ -250,6 +252,7 @@ def test_without_a_nanny_the_scheduler_and_the_launcher_record_each_death(tmp_pa
     assert killed_death.running == ("running-on-killed",)
     assert (crashed_death.cause, crashed_death.detail) == ("sudden_exit", "segfault")
     assert crashed_death.running == ("segfaults-alone",)
+    assert [f.function for f in crashed_death.stack[:2]] == ["string_at", "segfault"]   # the scheduler kept the dump
 
 
 @pytest.mark.parametrize("nanny", [True, False], ids=["nanny", "no-nanny"])
