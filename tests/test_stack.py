@@ -61,14 +61,15 @@ def test_no_dump_no_stack():
     assert crash_stack([]) == () and user_frame(()) is None
 
 
-def test_site_packages_frames_are_library_frames_and_shortened():
+def test_site_packages_frames_are_package_frames_and_shortened():
     lines = ["Fatal Python error: Aborted", "", "Current thread 0x00007f1 (most recent call first):",
              '  File "/opt/venv/lib/python3.12/site-packages/numpy/core/a.py", line 5 in f',
              '  File "C:\\env\\Lib\\site-packages\\pandas\\b.py", line 6 in g',
              '  File "/home/me/etl.py", line 7 in main', "", "Extension modules: numpy"]
     stack = crash_stack(lines)
-    assert [(f.file, f.line, f.library) for f in stack] == [
-        ("numpy/core/a.py", 5, True), ("pandas\\b.py", 6, True), ("/home/me/etl.py", 7, False)]
+    assert [(f.file, f.line, f.origin) for f in stack] == [
+        ("numpy/core/a.py", 5, "package"), ("pandas\\b.py", 6, "package"), ("/home/me/etl.py", 7, "own")]
+    assert user_frame(stack) == stack[2] and user_frame(stack[:2]) == stack[0]   # the job's code, else a package
 
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -184,3 +185,21 @@ def test_two_crashes_in_one_stream_each_keep_their_own_dump(tmp_path):
     assert [(s[1].function, s[1].line, s[1].file.rsplit("/", 2)[-2]) for s in stacks] == [
         ("crash", 13, "dask-segfault"), ("crash", 24, "dask-2024-memory-segfault")]
     assert all(not any("Fatal Python error" in x for x in e.fields["dump"]) for e in fatal)
+
+
+def test_where_a_file_is_says_whose_code_it_is():
+    from kwdiag.analysis.stack import _frame
+
+    cases = {
+        "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py": ("threading.py", "stdlib"),
+        "/usr/lib64/python3.11/ctypes/__init__.py": ("ctypes/__init__.py", "stdlib"),
+        "/usr/lib/pypy3.10/os.py": ("os.py", "stdlib"),
+        "C:\\Python311\\Lib\\ctypes\\__init__.py": ("ctypes\\__init__.py", "stdlib"),
+        "<frozen runpy>": ("<frozen runpy>", "stdlib"),
+        "/opt/venv/lib/python3.12/site-packages/kwdiag/run/demo_job.py": ("kwdiag/run/demo_job.py", "package"),
+        "/usr/lib/python3/dist-packages/numpy/a.py": ("numpy/a.py", "package"),
+        "/home/me/lib/python3/project/job.py": ("/home/me/lib/python3/project/job.py", "own"),
+        "<dynamic-code>": ("<dynamic-code>", "own"),
+    }
+    assert {p: (_frame("f", p, 1).file, _frame("f", p, 1).origin) for p in cases} == cases
+    assert str(_frame("f", "/home/me/lib/python3/project/job.py", 3)) == "f (project/job.py:3)"

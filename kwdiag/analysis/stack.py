@@ -3,9 +3,10 @@
 Covers: the dump Python's faulthandler writes to stderr when a process dies of SIGSEGV, SIGABRT, SIGBUS,
 SIGFPE or SIGILL (``Fatal Python error: Segmentation fault``, then ``Current thread 0x... (most recent call
 first):``, or ``Stack (most recent call first):`` with one thread, then one ``File "PATH", line N in FUNC`` per
-frame), as kwdiag's nannies keep it: the ``stderr_tail`` of a ``worker-exit`` event (the embedded runtime's,
-and ``kwdiag run --dask``'s nanny plugin's). ``user_frame`` picks the innermost frame outside the standard
-library and installed packages: usually the task's own code.
+frame), as kwdiag's nannies keep it (``crash_dump`` and ``stderr_tail`` of a ``worker-exit`` event: the embedded
+runtime's, and ``kwdiag run --dask``'s plugins'). Each frame says whether its file is the job's own, an installed
+package's or the standard library's; ``user_frame`` picks the one a fix names: the innermost of the job's own
+code, else of a package.
 
 The lines under a ``Fatal Python error`` of a Dask text log come from ``kwdiag.readers.dumps``.
 
@@ -32,12 +33,17 @@ _STDLIB = re.compile(r"/lib(?:64)?/(?:python|pypy)\d+\.\d+/|^[A-Za-z]:/(?:.*/)?L
 
 class Frame(NamedTuple):
     """One call of the crashing thread: its function, file (shortened below ``site-packages`` or the standard
-    library's folder), line, and whether that file is the standard library's or an installed package's."""
+    library's folder), line, and where the file is: ``own`` (neither of those: the job's code), ``package``
+    (an installed package) or ``stdlib``."""
 
     function: str
     file: str
     line: int
-    library: bool = False
+    origin: str = "own"
+
+    @property
+    def library(self) -> bool:
+        return self.origin != "own"
 
     def __str__(self) -> str:
         """``function (file:line)``, an absolute path of the task's own code cut to its last two parts (the
@@ -48,7 +54,7 @@ class Frame(NamedTuple):
         return f"{self.function} ({file}:{self.line})"
 
     def to_dict(self) -> dict:
-        return {"function": self.function, "file": self.file, "line": self.line, "library": self.library}
+        return {"function": self.function, "file": self.file, "line": self.line, "origin": self.origin}
 
 
 def crash_stack(lines: Iterable[str]) -> tuple[Frame, ...]:
@@ -75,21 +81,25 @@ def crash_stack(lines: Iterable[str]) -> tuple[Frame, ...]:
 
 
 def user_frame(stack: Iterable[Frame]) -> Frame | None:
-    """The innermost frame outside the standard library and installed packages (the task's own code)."""
-    return next((f for f in stack if not f.library), None)
+    """The frame a fix names: the innermost of the job's own code, else of an installed package (a library the
+    job calls, or the job's own code installed as one), else None. The standard library's frames are where
+    the crash surfaced (``ctypes.string_at``), not what led to it."""
+    stack = list(stack)
+    return next((f for f in stack if f.origin == "own"), None) or next((f for f in stack if f.origin == "package"),
+                                                                        None)
 
 
 def _frame(function: str, path: str, line: int) -> Frame:
-    """``/.../site-packages/dask/dataframe/core.py`` -> ``dask/dataframe/core.py`` (a library frame); the
-    standard library's ``/.../lib/python3.11/ctypes/__init__.py`` -> ``ctypes/__init__.py`` (too); other
-    paths as they are."""
+    """``/.../site-packages/dask/dataframe/core.py`` -> ``dask/dataframe/core.py`` (a package's frame); the
+    standard library's ``/.../lib/python3.11/ctypes/__init__.py`` -> ``ctypes/__init__.py``; other paths (the
+    job's own code) as they are."""
     if path.startswith("<frozen "):
-        return Frame(function, path, line, True)
+        return Frame(function, path, line, "stdlib")
     unix = path.replace("\\", "/")
     cut = max((unix.rfind(m) + len(m) for m in ("/site-packages/", "/dist-packages/") if m in unix), default=-1)
-    if cut < 0:
-        stdlib = [m.end() for m in _STDLIB.finditer(unix)]
-        cut = stdlib[-1] if stdlib else -1
-    if cut < 0 or cut >= len(path):
-        return Frame(function, path, line, False)
-    return Frame(function, path[cut:], line, True)
+    if 0 <= cut < len(path):
+        return Frame(function, path[cut:], line, "package")
+    stdlib = [m.end() for m in _STDLIB.finditer(unix)]
+    if stdlib and stdlib[-1] < len(path):
+        return Frame(function, path[stdlib[-1]:], line, "stdlib")
+    return Frame(function, path, line, "own")

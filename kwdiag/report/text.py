@@ -7,6 +7,7 @@ import os
 import time
 
 from kwdiag.analysis.model import Death, Evidence, Hint
+from kwdiag.analysis.stack import user_frame
 from kwdiag.escape import safe
 
 EVIDENCE_PER_GROUP = 3
@@ -24,10 +25,13 @@ def when(ts: float | None, *, utc: bool = False) -> str:
 
 def death_line(d: Death) -> str:
     """One death in one line, as ``kwdiag run`` announces it: who, which incarnation, the verdict and what it
-    means, and what it was running."""
+    means, what it was running and, for a crash, the frame of the task's own code it crashed in."""
     verb = "died" if d.failure else "left"
     running = f"; running {', '.join(safe(t, 60) for t in d.running[:3])}" if d.running else ""
-    return f"worker {safe(d.worker)} #{d.incarnation} {verb}: {d.cause}/{safe(d.detail)} — {safe(d.summary)}{running}"
+    own = user_frame(d.stack) or (d.stack[0] if d.stack else None)
+    crashed = f"; crashed in {safe(str(own), 120)}" if own is not None else ""
+    return (f"worker {safe(d.worker)} #{d.incarnation} {verb}: {d.cause}/{safe(d.detail)} — {safe(d.summary)}"
+            f"{running}{crashed}")
 
 
 def conf(c: float) -> str:
@@ -85,10 +89,11 @@ def who(deaths, limit: int = 6) -> str:
 
 def crash_frames(stack, brief: bool = False) -> tuple[list, bool]:
     """The crashing thread's frames a report shows, innermost first, and whether there are more: ``brief``,
-    up to the first frame of the task's own code (at most 4); else up to 10."""
+    up to the frame a fix names (``user_frame``: the job's own code, else a package's; at most 4); else up to
+    10."""
     frames = list(stack[:10])
     if brief:
-        own = next((i for i, f in enumerate(frames) if not f.library), None)
-        frames = frames[:min(4, (own if own is not None else 0) + 1)]
+        named = user_frame(frames)
+        upto = frames.index(named) if named is not None else 0
+        frames = frames[:min(4, upto + 1)]
     return frames, len(frames) < len(stack)
-
