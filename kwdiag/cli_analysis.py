@@ -168,9 +168,9 @@ def _explain(paths: list[str], fmt: str, rules_dirs: Optional[List[str]], output
     out = open_output(output)
     try:
         if fmt == "json":
-            from kwdiag.report.jsonout import render_json
+            from kwdiag.report.jsonout import write_json
 
-            out.write(render_json(report))
+            write_json(report, out)
         elif fmt == "markdown":
             from kwdiag.report.markdown import render_markdown
 

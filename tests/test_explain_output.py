@@ -315,3 +315,24 @@ def test_a_killed_worker_pasted_alone_says_its_blame_is_unclear(tmp_path):
     from kwdiag.report.html import render_html
 
     assert "task suicide: blame unclear (the logs cannot tell)</h3>" in render_html(report)
+
+
+def test_a_report_of_many_deaths_is_written_death_by_death_with_the_same_bytes(tmp_path):
+    """Past COMPACT_AFTER deaths, ``write_json`` streams the deaths and incarnations; the document is the one
+    ``render_json`` makes, byte for byte (and valid against the schema)."""
+    import importlib.util
+
+    from kwdiag.report.jsonout import COMPACT_AFTER, render_json, write_json
+
+    spec = importlib.util.spec_from_file_location("explain_scale", ROOT / "bench" / "explain_scale.py")
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    scale.build(tmp_path / "many.log", COMPACT_AFTER + 50)   # real sample lines, one SIGKILL per incarnation
+    report = analyze([str(tmp_path / "many.log")], rules=RULES)
+    assert len(report.deaths) == COMPACT_AFTER + 50
+    out = io.StringIO()
+    write_json(report, out)
+    assert out.getvalue() == render_json(report)
+    doc = json.loads(out.getvalue())
+    jsonschema.validate(doc, json.loads((ROOT / "docs" / "explain.schema.json").read_text()))
+    assert len(doc["deaths"]) == COMPACT_AFTER + 50 and len(doc["incarnations"]) >= COMPACT_AFTER + 50

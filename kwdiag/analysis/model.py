@@ -295,8 +295,10 @@ class Report:
         ids = group_ids(self.deaths)
         return [{**d.to_dict(), "group": ids[id(d)]} for d in self.deaths]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, lists: bool = True) -> dict[str, Any]:
+        """The JSON document; ``lists=False`` leaves out the two lists that grow with the deaths (``deaths``,
+        ``incarnations``), for a writer that streams them (``kwdiag.report.jsonout.write_json``)."""
+        doc = {
             "schema": SCHEMA,
             "version": SCHEMA_VERSION,
             "verdict": self.verdict(),
@@ -305,10 +307,11 @@ class Report:
             "workers": list(self.workers),
             "stats": {"events": self.events, "lines": self.lines, "bytes": self.bytes,
                       "first": iso(self.first_ts), "last": iso(self.last_ts)},
-            "deaths": self._deaths_with_groups(),
+            "deaths": self._deaths_with_groups() if lists else None,
             "killed_workers": [k.to_dict() for k in self.killed_workers],
             "task_errors": [t.to_dict() for t in self.task_errors],
             "problems": [p.to_dict() for p in self.problems],
-            "incarnations": [i.to_dict() for i in self.incarnations],
+            "incarnations": [i.to_dict() for i in self.incarnations] if lists else None,
             "notes": [n.to_dict() for n in self.notes],
         }
+        return doc
