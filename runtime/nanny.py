@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+import kwdiag.crashdump as crashdump
 from kwdiag.runtime import versions as versions_mod
 from kwdiag.runtime.comm import Credentials, Listener, Security
 from kwdiag.runtime.core import EXIT_REFUSED, Stream, background, watch_control_pipe
@@ -33,9 +34,11 @@ logger = logging.getLogger("kwdiag.nanny")
 
 SAMPLES_KEPT_SECONDS = 30.0
 STDERR_TAIL_LINES = 100  # the last lines the worker wrote to stderr
+STDERR_LINE_KEPT = 1000  # characters of each
 CRASH_DUMP_LINES = 2000  # a faulthandler dump from its first line: a worker of 100 threads prints ~1,500
-CRASH_DUMP_CHARS = 256_000  # and its size: the worker-exit record must stay one readable JSONL line (< 1 MiB)
-FATAL_MARKERS = ("Fatal Python error", "Windows fatal exception")
+# Bytes of each as encoded in the worker-exit record, which must stay one JSONL line readers take (< 1 MiB):
+# 100 lines of control characters would take 600 KB.
+TAIL_BYTES, CRASH_DUMP_BYTES = 300_000, 400_000
 
 
 def signal_name(number: int) -> str:
@@ -144,8 +147,8 @@ class Nanny:
         self.sent_signals: set[int] = set()      # signals the nanny sent the current worker
         self.samples: collections.deque = collections.deque()
         self.stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self.crash_dump: list[str] = []   # from the last "Fatal Python error" line on (the tail may cut it)
-        self._dump_chars = 0
+        self.crash_dump: list[str] = []   # the last faulthandler dump, whole (the tail may have cut it)
+        self._dump_open = False
         self.started_at = 0.0
         self.deaths: collections.deque = collections.deque()
         self.closing: str | None = None
@@ -179,7 +182,7 @@ class Nanny:
         self.worker_address = None
         self.samples.clear()
         self.stderr_tail.clear()
-        self.crash_dump = []
+        self.crash_dump, self._dump_open = [], False
         status_r, status_w = os.pipe()
         control_r, control_w = os.pipe()
         where = ["--scheduler", self.scheduler_address]  # the file, when there is one, says where it is now
@@ -216,21 +219,34 @@ class Nanny:
         background(self._wait_exit(proc))
 
     async def _relay_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        """Pass the worker's stderr through, keeping its last lines and its faulthandler dump. Read in chunks:
+        ``readline`` raised on a line over 64 KiB, which ended this relay, and the worker then blocked on a full
+        pipe at its next write."""
         out = sys.stderr.buffer
+        rest = b""
         while True:
-            line = await proc.stderr.readline()
-            if not line:
+            data = await proc.stderr.read(1 << 16)
+            if not data:
+                if rest:
+                    self._keep_stderr_line(rest)
                 return
-            out.write(line)
+            out.write(data)
             out.flush()
-            text = line[:1000].decode("utf-8", "replace").rstrip("\n")
-            self.stderr_tail.append(text)
-            if any(m in text for m in FATAL_MARKERS):
-                self.crash_dump, self._dump_chars = [text], len(text)
-            elif self.crash_dump and len(self.crash_dump) < CRASH_DUMP_LINES \
-                    and self._dump_chars + len(text) <= CRASH_DUMP_CHARS:
+            *lines, rest = (rest + data).split(b"\n")
+            rest = rest[:STDERR_LINE_KEPT]   # an endless line: its start is enough
+            for line in lines:
+                self._keep_stderr_line(line)
+
+    def _keep_stderr_line(self, line: bytes) -> None:
+        text = line[:STDERR_LINE_KEPT].decode("utf-8", "replace").rstrip("\r")
+        self.stderr_tail.append(text)
+        if crashdump.is_fatal(text):
+            self.crash_dump, self._dump_open = [text], True
+        elif self._dump_open:
+            if crashdump.is_dump_line(text) and len(self.crash_dump) < CRASH_DUMP_LINES:
                 self.crash_dump.append(text)
-                self._dump_chars += len(text)
+            else:
+                self._dump_open = False   # the first line that is not the dump's ends it (a forked child's dump)
 
     async def _read_status(self, fd: int) -> None:
         """Read the worker's status lines until it closes its end. Chunks, not lines: a busy worker writes two
@@ -287,8 +303,9 @@ class Nanny:
                        address=self.worker_address,
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction,
                        peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
-                       running_tasks=sorted(self.running), stderr_tail=list(self.stderr_tail),
-                       **({"crash_dump": self.crash_dump} if self.crash_dump else {}),
+                       running_tasks=sorted(self.running),
+                       stderr_tail=crashdump.fit(self.stderr_tail, TAIL_BYTES, keep_end=True),
+                       **({"crash_dump": crashdump.fit(self.crash_dump, CRASH_DUMP_BYTES)} if self.crash_dump else {}),
                        uptime=round(time.monotonic() - self.started_at, 3), will_restart=will_restart)
         self._exited.set()
         if not will_restart:

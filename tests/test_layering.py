@@ -30,11 +30,11 @@ def test_analysis_code_never_imports_the_runtime():
 
 def test_runtime_imports_only_the_event_and_settings_modules_from_kwdiag():
     """The runtime shares the event format, the settings reader (one search rule for every command and
-    process) and the one size dialect, and nothing else of kwdiag."""
+    process), the one size dialect and what a faulthandler dump looks like, and nothing else of kwdiag."""
     offenders = []
     for path in (ROOT / "runtime").rglob("*.py"):
         for module in imported_modules(path):
-            if module.startswith("kwdiag") and not (module in ("kwdiag.events", "kwdiag.settings", "kwdiag.units")
+            if module.startswith("kwdiag") and not (module in ("kwdiag.events", "kwdiag.settings", "kwdiag.units", "kwdiag.crashdump")
                                                     or module.startswith("kwdiag.runtime")):
                 offenders.append(f"{path.relative_to(ROOT)}: {module}")
     assert not offenders, offenders
@@ -45,7 +45,7 @@ def test_runtime_imports_only_the_event_and_settings_modules_from_kwdiag():
 # function bodies too. The runtime is a separate stack that uses only kwdiag.events from kwdiag.
 LAYERS = [
     ("kwdiag", "kwdiag.events", "kwdiag.errors", "kwdiag.escape", "kwdiag.units", "kwdiag.settings",
-     "kwdiag.kinds", "kwdiag.reasons", "kwdiag.records"),
+     "kwdiag.kinds", "kwdiag.reasons", "kwdiag.records", "kwdiag.crashdump"),
     ("kwdiag.engine", "kwdiag.rulebundle"),
     ("kwdiag.readers",),
     ("kwdiag.timeline",),

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from conftest import read_events, wait_for_event, wait_until, worker_address, worker_pid
+from kwdiag.analysis.stack import crash_stack
 from kwdiag.pipeline import analyze
 from kwdiag.runtime import Client, KilledWorker, LocalCluster, ScatteredDataLost
 
@@ -214,6 +215,63 @@ def test_the_nanny_knows_exactly_what_ran_when_tasks_follow_each_other_on_one_th
         os.kill(pid, signal.SIGKILL)   # idle: the last "finished" lines were written when their task ended
         idle = wait_for_event(log_dir, "worker-exit", pid=pid)[0]
         assert idle.fields["signal_name"] == "SIGKILL" and idle.fields["running_tasks"] == []
+
+
+def segfault_under_many_threads(n):
+    import threading
+    import time as _time
+
+    for _ in range(n):   # older than the crashing thread: the dump lists them after it, past a 100-line tail
+        threading.Thread(target=_time.sleep, args=(120,), daemon=True).start()
+    _time.sleep(0.2)
+    crasher = threading.Thread(target=segfault_in_thread)
+    crasher.start()
+    crasher.join()
+
+
+def segfault_in_thread():
+    ctypes.string_at(0)
+
+
+def write_stderr(line_kb, then_kb, hostile=False):
+    """A line of ``line_kb`` KiB, then ``then_kb`` lines of 1,000 characters; ``hostile``: after a faulthandler
+    dump's first line, frame-like lines of control characters (6 bytes each in a JSON record)."""
+    sys.stderr.write("x" * (line_kb * 1024) + "\n")
+    if hostile:
+        sys.stderr.write("Fatal Python error: Segmentation fault\n\n")
+    for _ in range(then_kb):
+        sys.stderr.write(('  File "' + "\x01" * 990 + '"') if hostile else "y" * 1000)
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+    return "written"
+
+
+def test_the_nanny_keeps_a_dump_whole_and_a_record_readable_whatever_the_worker_writes(log_dir):
+    """A crash under 40 threads: the crashing thread's frames are past the 100-line tail, and the death still says
+    where it crashed (the nanny keeps the dump whole). A line of 100 KB on stderr does not stop the nanny's relay
+    (readline raised on it, and the worker then hung on a full pipe). A dump followed by megabytes of control
+    characters still leaves a worker-exit record that reads back as one event."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="1GiB", log_dir=log_dir,
+                      scheduler_kwargs={"allowed_failures": 0}) as cluster, Client(cluster) as client:
+        assert client.submit(write_stderr, 100, 500, pure=False).result(timeout=60) == "written"
+        crash = client.submit(segfault_under_many_threads, 40, pure=False)
+        with pytest.raises(KilledWorker):
+            crash.result(timeout=60)
+        exit_event = wait_for_event(log_dir, "worker-exit")[0]
+        assert crash_stack(exit_event.fields["stderr_tail"]) == ()   # the tail alone has lost it
+        death = next(d for d in analyze([log_dir]).deaths if d.detail == "segfault")
+        assert [f.function for f in death.stack[:2]] == ["string_at", "segfault_in_thread"]
+        wait_until(lambda: any(i["incarnation"] == 2 for i in client.scheduler_info()["workers"].values()),
+                   what="second incarnation registered")
+        pid = worker_pid(cluster, "worker-0")
+        assert client.submit(write_stderr, 1, 3000, True, pure=False).result(timeout=60) == "written"
+        os.kill(pid, signal.SIGKILL)
+        hostile = wait_for_event(log_dir, "worker-exit", pid=pid)[0]
+        assert hostile.fields["signal_name"] == "SIGKILL" and hostile.fields["stderr_tail"]
+        assert 0 < len(hostile.fields["crash_dump"]) < 3000   # kept, cut to what a record can hold
+        report = analyze([log_dir])   # kwdiag's reader takes lines up to 1 MiB: the record is one it reads
+        assert [(d.cause, d.detail) for d in report.deaths if d.pid == pid] == [("sudden_exit", "sigkill")]
+        assert not [p for p in report.problems if "1 MiB" in p.message], report.problems
 
 
 def test_a_task_that_kills_every_worker_gets_killed_worker_and_the_cluster_keeps_working(log_dir):

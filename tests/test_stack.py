@@ -200,6 +200,55 @@ def test_where_a_file_is_says_whose_code_it_is():
         "/usr/lib/python3/dist-packages/numpy/a.py": ("numpy/a.py", "package"),
         "/home/me/lib/python3/project/job.py": ("/home/me/lib/python3/project/job.py", "own"),
         "<dynamic-code>": ("<dynamic-code>", "own"),
+        "<string>": ("<string>", "stdlib"),   # a spawned worker's main module
+        "/usr/lib/python3.13t/threading.py": ("threading.py", "stdlib"),   # a free-threaded build
+        "/home/me/clone/kwdiag/runtime/worker.py": ("kwdiag/runtime/worker.py", "package"),   # kwdiag runs tasks
+        "C:/Users/me/proj/lib/job.py": ("C:/Users/me/proj/lib/job.py", "own"),
     }
     assert {p: (_frame("f", p, 1).file, _frame("f", p, 1).origin) for p in cases} == cases
     assert str(_frame("f", "/home/me/lib/python3/project/job.py", 3)) == "f (project/job.py:3)"
+
+
+def test_the_frame_a_fix_names_is_always_shown():
+    """Twelve frames of a package above the job's own: the report shows the first two, an elision and the job's
+    frame, the one the fix names; with nothing of the job's own, a package's."""
+    from kwdiag.analysis.stack import Frame
+    from kwdiag.report.terminal import _crashed_in
+    from kwdiag.report.text import crash_frames
+
+    pandas = [Frame(f"p{i}", f"pandas/m{i}.py", i, "package") for i in range(12)]
+    etl = Frame("etl", "/home/me/proj/etl.py", 7, "own")
+    assert user_frame([*pandas, etl]) == etl
+    assert crash_frames([*pandas, etl], brief=True) == ([pandas[0], pandas[1], None, etl], etl)
+    assert _crashed_in([*pandas, etl], brief=True) == "crashed in p0 ← p1 ← ... ← etl (proj/etl.py:7)"
+    assert _crashed_in([*pandas, etl]).endswith("← ... ← etl (proj/etl.py:7)")
+    string_at = Frame("string_at", "ctypes/__init__.py", 519, "stdlib")
+    assert _crashed_in([string_at, pandas[0], *pandas[1:3]], brief=True) == \
+        "crashed in string_at ← p0 (pandas/m0.py:0) ← ..."
+    assert _crashed_in([string_at], brief=True) == "crashed in string_at (ctypes/__init__.py:519)"
+
+
+
+def test_a_process_its_nanny_saw_killed_by_another_signal_gets_no_stack(tmp_path):
+    """The real kwdiag segfault sample with one worker's exit record turned into a SIGKILL, its stderr still
+    holding a dump (a forked child's, say): that death is not told it crashed in the dump's frames."""
+    import json as _json
+    import shutil
+
+    src = ROOT / "sample_logs" / "kwdiag-segfault-killedworker"
+    dst = tmp_path / "run"
+    shutil.copytree(src, dst)
+    lines = []
+    for line in (dst / "nanny-worker-0.jsonl").read_text().splitlines():
+        rec = _json.loads(line)
+        if rec["kind"] == "worker-exit" and rec["fields"].get("signal") == 11:
+            rec["fields"].update(signal=9, signal_name="SIGKILL", exitcode=-9)
+            rec["message"] = rec["message"].replace("signal 11 (SIGSEGV)", "signal 9 (SIGKILL)")
+            assert "Fatal Python error: Segmentation fault" in rec["fields"]["stderr_tail"]
+        lines.append(_json.dumps(rec))
+    (dst / "nanny-worker-0.jsonl").write_text("\n".join(lines) + "\n")
+    from kwdiag.pipeline import analyze
+
+    by_worker = {(d.worker, d.incarnation): d for d in analyze([str(dst)]).deaths}
+    assert by_worker[("worker-0", 1)].stack == ()
+    assert [f.function for f in by_worker[("worker-1", 1)].stack[:2]] == ["string_at", "segfault"]

@@ -254,12 +254,17 @@ def _running(inc: Incarnation) -> tuple[str, ...]:
 # Deaths a faulthandler dump is about: the signals it handles (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL).
 CRASH_DETAILS = frozenset({"segfault", "signal_4", "signal_6", "signal_7", "signal_8", "sigabrt", "sigbus", "sigfpe",
                            "sigill"})
+CRASH_SIGNALS = frozenset({4, 6, 7, 8, 11})
 
 
 def _crash_stack(events: list[Event]) -> tuple[Frame, ...]:
     """The crashing thread's frames, from a faulthandler dump: the one the nanny kept whole (``crash_dump``) or
     the end of the worker's stderr (``stderr_tail``), or the lines under a ``Fatal Python error`` line of a text
-    log (``kwdiag.readers.dumps``)."""
+    log (``kwdiag.readers.dumps``). None when the nanny saw another signal end the process: a dump in its
+    stderr is then a forked child's, not its own."""
+    signals = {e.get("signal") for e in events if e.kind == "worker-exit" and isinstance(e.get("signal"), int)}
+    if signals - CRASH_SIGNALS:
+        return ()
     for e in events:
         candidates = [e.get("crash_dump"), e.get("stderr_tail")] if e.kind in ("worker-exit", "worker-removed") else []
         if e.kind == "fatal-signal" and isinstance(e.get("dump"), list):

@@ -21,14 +21,15 @@ from __future__ import annotations
 import re
 from typing import Iterable, NamedTuple
 
+from kwdiag import crashdump
+
 MAX_FRAMES = 20
-FATAL_MARKERS = ("Fatal Python error", "Windows fatal exception")
 _CURRENT = re.compile(r"^(?:Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):\s*$")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>\S.*?)\s*$')
 # Paths of code the user did not write: the standard library and installed packages.
 # the standard library's folder: /usr/lib/python3.11/, /usr/lib64/python3.11/, /usr/lib/pypy3.10/, and on
 # Windows C:/Python311/Lib/ (outside site-packages, which is looked for first)
-_STDLIB = re.compile(r"/lib(?:64)?/(?:python|pypy)\d+\.\d+/|^[A-Za-z]:/(?:.*/)?Lib/")
+_STDLIB = re.compile(r"/lib(?:64)?/(?:python|pypy)\d+\.\d+t?/|^[A-Za-z]:/(?:.*/)?Lib/")
 
 
 class Frame(NamedTuple):
@@ -62,7 +63,7 @@ def crash_stack(lines: Iterable[str]) -> tuple[Frame, ...]:
     dump lists them); empty when there is none or it shows no Python frame. A tail that lost the dump's first
     line to its length still has the crashing thread's block (``Current thread ...``): it is read then."""
     lines = [str(x) for x in lines]
-    fatal = max((i for i, x in enumerate(lines) if any(m in x for m in FATAL_MARKERS)), default=-1)
+    fatal = max((i for i, x in enumerate(lines) if crashdump.is_fatal(x)), default=-1)
     if fatal >= 0:
         start = next((i for i in range(fatal + 1, len(lines)) if _CURRENT.match(lines[i])), None)
     else:
@@ -91,15 +92,24 @@ def user_frame(stack: Iterable[Frame]) -> Frame | None:
 
 def _frame(function: str, path: str, line: int) -> Frame:
     """``/.../site-packages/dask/dataframe/core.py`` -> ``dask/dataframe/core.py`` (a package's frame); the
-    standard library's ``/.../lib/python3.11/ctypes/__init__.py`` -> ``ctypes/__init__.py``; other paths (the
-    job's own code) as they are."""
-    if path.startswith("<frozen "):
-        return Frame(function, path, line, "stdlib")
+    standard library's ``/.../lib/python3.11/ctypes/__init__.py`` -> ``ctypes/__init__.py``; kwdiag's own files
+    (a ``kwdiag/`` folder; judged by the path alone, so a report reads the same on every machine) are a
+    package's; a pseudo-file (``<string>``, ``<frozen runpy>``) is
+    the interpreter's, except the job's code run from stdin or pickled by value (``<stdin>``,
+    ``<dynamic-code>``); other paths (the job's own code) as they are."""
+    if path.startswith("<"):
+        return Frame(function, path, line, "own" if path in _OWN_PSEUDO else "stdlib")
     unix = path.replace("\\", "/")
     cut = max((unix.rfind(m) + len(m) for m in ("/site-packages/", "/dist-packages/") if m in unix), default=-1)
     if 0 <= cut < len(path):
         return Frame(function, path[cut:], line, "package")
+    kwdiag_at = unix.rfind("/kwdiag/")
+    if kwdiag_at >= 0:   # kwdiag's own code, wherever it is installed (its runtime runs every task)
+        return Frame(function, path[kwdiag_at + 1:], line, "package")
     stdlib = [m.end() for m in _STDLIB.finditer(unix)]
     if stdlib and stdlib[-1] < len(path):
         return Frame(function, path[stdlib[-1]:], line, "stdlib")
     return Frame(function, path, line, "own")
+
+
+_OWN_PSEUDO = ("<stdin>", "<dynamic-code>")

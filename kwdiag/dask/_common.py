@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any, Iterable
 
+from kwdiag import crashdump
 from kwdiag.events import EventWriter, to_json_line
 
 ENV_RUN_DIR = "KWDIAG_RUN_DIR"
@@ -33,8 +34,7 @@ BANNER = "kwdiag: worker process pid={pid} started"  # marks where one incarnati
 TAIL_BYTES = 1 << 20   # how far back from the end a reader looks for one process's last lines
 TAIL_LINES = 100       # room for a faulthandler dump of a few threads, as the embedded nanny keeps
 CRASH_DUMP_LINES = 2000  # the whole dump besides (``process_crash_dump``), bounded as the embedded nanny's
-CRASH_DUMP_CHARS = 256_000
-FATAL_MARKERS = ("Fatal Python error", "Windows fatal exception")
+TAIL_BYTES, CRASH_DUMP_BYTES = 300_000, 400_000   # as encoded in a JSONL record, which must stay under 1 MiB
 
 logger = logging.getLogger("kwdiag.dask")
 
@@ -248,25 +248,24 @@ def process_log_tail(log_path: str, pid: int | None, limit: int = TAIL_LINES) ->
     if section is None:
         return None
     head = min(20, limit // 2)
-    return section if len(section) <= limit else section[:head] + section[-(limit - head):]
+    kept = section if len(section) <= limit else section[:head] + section[-(limit - head):]
+    return crashdump.fit(kept, TAIL_BYTES, keep_end=True)
 
 
 def process_crash_dump(log_path: str, pid: int | None) -> list[str] | None:
-    """Process ``pid``'s faulthandler dump whole, from its last ``Fatal Python error`` line (the tail keeps only
-    its ends, and a worker of many threads prints the crashing one's frames anywhere in it); bounded as the
-    embedded nanny bounds it. None when there is none."""
+    """Process ``pid``'s faulthandler dump whole, from its last ``Fatal Python error`` line to its last line (the
+    tail keeps only its ends, and a worker of many threads prints the crashing one's frames anywhere in it);
+    bounded as the embedded nanny bounds it. None when there is none."""
     section = _process_section(log_path, pid) or []
-    start = next((i for i in range(len(section) - 1, -1, -1)
-                  if any(m in section[i] for m in FATAL_MARKERS)), None)
+    start = next((i for i in range(len(section) - 1, -1, -1) if crashdump.is_fatal(section[i])), None)
     if start is None:
         return None
-    out, chars = [], 0
-    for line in section[start:start + CRASH_DUMP_LINES]:
-        chars += len(line)
-        if chars > CRASH_DUMP_CHARS:
-            break
+    out = [section[start]]
+    for line in section[start + 1:start + CRASH_DUMP_LINES]:
+        if not crashdump.is_dump_line(line):
+            break   # the first line that is not the dump's ends it
         out.append(line)
-    return out
+    return crashdump.fit(out, CRASH_DUMP_BYTES)
 
 
 def text_line(logger_name: str, level: str, message: str, when: float | None = None) -> str:

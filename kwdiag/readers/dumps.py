@@ -19,8 +19,7 @@ worker-exit records carry the dump: ``crash_dump``, ``stderr_tail``), or a file 
 
 from __future__ import annotations
 
-import re
-
+from kwdiag import crashdump
 from kwdiag.events import Event
 from kwdiag.readers.shapes import unwrap_from
 
@@ -29,17 +28,13 @@ MAX_DUMP_LINES = 2000      # a worker of 100 threads prints ~1,500
 MAX_DUMP_CHARS = 256_000
 MAX_LINE = 4096
 BLOCK = 1 << 22
-FATAL = ("Fatal Python error", "Windows fatal exception")
-# What a faulthandler dump is made of after its first line (prefixes and indentation already taken off).
-_DUMP_LINE = re.compile(r'^(?:$|File "|<no Python frame>|Garbage-collecting|(?:Current thread|Thread) 0x'
-                        r"|Stack \(most recent call first\)|Extension modules: |\.\.\.|Python runtime state: )")
 
 
 def attach_dumps(path: str, events: list[Event]) -> None:
     """Give each ``Fatal Python error`` event of ``path`` (a plain file) the lines of its dump that follow it."""
     wanted: dict[int, list[Event]] = {}
     for e in events:
-        if e.origin is None or not any(m in e.message for m in FATAL) or not isinstance(e.fields, dict) \
+        if e.origin is None or not crashdump.is_fatal(e.message) or not isinstance(e.fields, dict) \
                 or "dump" in e.fields or e.fields.get("via") == "stderr_tail":
             continue
         if e.origin.line not in wanted and len(wanted) >= MAX_DUMPS:
@@ -53,7 +48,7 @@ def attach_dumps(path: str, events: list[Event]) -> None:
         return
     for line, evs in wanted.items():
         raw = found.get(line) or []
-        if not raw or not any(m in raw[0] for m in FATAL):
+        if not raw or not crashdump.is_fatal(raw[0]):
             continue   # the file changed since it was scanned: no dump rather than another one's
         for e in evs:
             e.fields["dump"] = _dump_of(e.fields.get("stream"), raw[1:])
@@ -110,7 +105,7 @@ def _dump_of(who: str | None, lines: list[str]) -> list[str]:
         text, _, by = unwrap_from(line)   # the frame's indentation goes too: crash_stack does not need it
         if who is not None and by != who:
             continue
-        if any(m in text for m in FATAL) or not _DUMP_LINE.match(text):
+        if crashdump.is_fatal(text) or not crashdump.is_dump_line(text):
             break
         chars += len(text)
         if chars > MAX_DUMP_CHARS:

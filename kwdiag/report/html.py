@@ -462,9 +462,9 @@ def _group_card(g: DeathGroup, index: dict[int, int], report: Report) -> str:
     out.append(f'<p class="meta">{esc(who(g.deaths, 8), 400)}' + (f"; task {esc(g.task, 120)}" if g.task else "")
                + "</p>")
     if d.stack:
-        frames, more = crash_frames(d.stack, brief=True)
-        out.append("<p>crashed in " + " ← ".join(f"<code>{esc(str(f), 200)}</code>" for f in frames)
-                   + (" ← …" if more else "") + "</p>")
+        frames, _ = crash_frames(d.stack, brief=True)
+        out.append("<p>crashed in " + " ← ".join("…" if f is None else f"<code>{esc(str(f), 200)}</code>"
+                                                 for f in frames) + "</p>")
     if g.cause != "chose_to_exit":
         proving = proof(d)
         if proving:

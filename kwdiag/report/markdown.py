@@ -78,8 +78,8 @@ def _group(g, base: str | None) -> list[str]:
     if peaks:
         out += [f"Peak memory {format_bytes(max(peaks))}" + (f" of a {format_bytes(limit)} limit." if limit else "."), ""]
     if d.stack:
-        frames, more = crash_frames(d.stack, brief=True)
-        out += ["Crashed in " + " ← ".join(f"`{_code(str(f))}`" for f in frames) + (" ← …" if more else "") + ".", ""]
+        frames, _ = crash_frames(d.stack, brief=True)
+        out += ["Crashed in " + " ← ".join("…" if f is None else f"`{_code(str(f))}`" for f in frames) + ".", ""]
     out += ["<details><summary>Evidence</summary>", "", "```"]
     out += [f"{_fence(short(e.file, base))}:{e.line + i}: {_fence(part)}"
             for e in proof(d) for i, part in enumerate(e.text.split("\n")[:12])]

@@ -326,10 +326,10 @@ def render_terminal(report: Report, out: TextIO | None = None, *, force_terminal
 
 
 def _crashed_in(stack, brief: bool = False) -> str:
-    """``crashed in f (file:line) ← caller (file:line) ...``; ``brief``: the frames above the one a fix names
-    by function only (``crashed in string_at ← crash (run/job.py:40)``), to keep a group to its few lines."""
-    frames, more = crash_frames(stack, brief)
-    shown = [safe(f.function, 60) if brief and i < len(frames) - 1 else safe(str(f), 120)
-             for i, f in enumerate(frames)]
-    return "crashed in " + " ← ".join(shown) + (" ← ..." if more else "")
-
+    """``crashed in f (file:line) ← caller (file:line) ...``; ``brief``: the frames other than the one a fix
+    names by function only (``crashed in string_at ← crash (run/job.py:40)``), to keep a group to its few lines."""
+    frames, named = crash_frames(stack, brief)
+    shown = ["..." if f is None else safe(f.function, 60) if brief and named is not None and f is not named
+             else safe(str(f), 120)
+             for f in frames]
+    return "crashed in " + " ← ".join(shown)

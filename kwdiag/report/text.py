@@ -87,13 +87,16 @@ def who(deaths, limit: int = 6) -> str:
     return ", ".join(names)
 
 
-def crash_frames(stack, brief: bool = False) -> tuple[list, bool]:
-    """The crashing thread's frames a report shows, innermost first, and whether there are more: ``brief``,
-    up to the frame a fix names (``user_frame``: the job's own code, else a package's; at most 4); else up to
-    10."""
-    frames = list(stack[:10])
+def crash_frames(stack, brief: bool = False) -> tuple[list, object]:
+    """The crashing thread's frames a report shows, innermost first (``None`` where frames are left out), and
+    the frame a fix names (``user_frame``: the job's own code, else a package's), which is always among them.
+    ``brief``: up to that frame, the ones between skipped past four; else up to ten."""
+    stack = list(stack)
+    named = user_frame(stack)
+    at = stack.index(named) if named is not None else 0
     if brief:
-        named = user_frame(frames)
-        upto = frames.index(named) if named is not None else 0
-        frames = frames[:min(4, upto + 1)]
-    return frames, len(frames) < len(stack)
+        shown = stack[:at + 1] if at < 4 else [*stack[:2], None, stack[at]]
+    else:
+        shown = stack[:10] if at < 10 else [*stack[:8], None, stack[at]]
+    last = stack.index(shown[-1]) if shown else -1
+    return (shown + [None] if last < len(stack) - 1 else shown), named
