@@ -252,3 +252,13 @@ def test_a_process_its_nanny_saw_killed_by_another_signal_gets_no_stack(tmp_path
     by_worker = {(d.worker, d.incarnation): d for d in analyze([str(dst)]).deaths}
     assert by_worker[("worker-0", 1)].stack == ()
     assert [f.function for f in by_worker[("worker-1", 1)].stack[:2]] == ["string_at", "segfault"]
+
+
+def test_a_dump_collected_with_kubectl_timestamps_still_gives_the_stack(tmp_path):
+    """``kubectl logs --prefix --timestamps`` puts the pod and an RFC 3339 stamp before every line, the dump's
+    too: taken off, the frames read as in the worker's own log."""
+    lines = (ROOT / "sample_logs" / "dask-segfault" / "w1.log").read_text().splitlines()
+    stamped = [f"[pod/dask-worker-1/worker] 2026-11-21T10:57:{i % 60:02d}.570123456Z {x}" for i, x in enumerate(lines)]
+    (tmp_path / "kubectl.log").write_text("\n".join(stamped) + "\n")
+    stacks = [d.stack for d in _segfaults([tmp_path / "kubectl.log"]).values()]
+    assert [[f.function for f in s[:2]] for s in stacks] == [["string_at", "crash"]]

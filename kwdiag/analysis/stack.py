@@ -25,7 +25,7 @@ from kwdiag import crashdump
 
 MAX_FRAMES = 20
 _CURRENT = re.compile(r"^(?:Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):\s*$")
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>\S.*?)\s*$')
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+|\?\?\?) in (?P<function>\S.*?)\s*$')
 # Paths of code the user did not write: the standard library and installed packages.
 # the standard library's folder: /usr/lib/python3.11/, /usr/lib64/python3.11/, /usr/lib/pypy3.10/, and on
 # Windows C:/Python311/Lib/ (outside site-packages, which is looked for first)
@@ -77,7 +77,7 @@ def crash_stack(lines: Iterable[str]) -> tuple[Frame, ...]:
         if m is None:
             break
         if len(frames) < MAX_FRAMES:
-            frames.append(_frame(m["function"], m["file"], int(m["line"])))
+            frames.append(_frame(m["function"], m["file"], int(m["line"]) if m["line"].isdigit() else 0))
     return tuple(frames)
 
 

@@ -19,9 +19,14 @@ worker-exit records carry the dump: ``crash_dump``, ``stderr_tail``), or a file 
 
 from __future__ import annotations
 
+import re
+
 from kwdiag import crashdump
 from kwdiag.events import Event
 from kwdiag.readers.shapes import unwrap_from
+
+# An RFC 3339 stamp a collector puts before each line (unwrap takes it off only before a Dask line of its own).
+_SHIPPED_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?:\s+|$)")
 
 MAX_DUMPS = 200
 MAX_DUMP_LINES = 2000      # a worker of 100 threads prints ~1,500
@@ -103,6 +108,7 @@ def _dump_of(who: str | None, lines: list[str]) -> list[str]:
     out, chars = [], 0
     for line in lines:
         text, _, by = unwrap_from(line)   # the frame's indentation goes too: crash_stack does not need it
+        text = _SHIPPED_STAMP.sub("", text)   # kubectl --timestamps, a shipper: the stamp before each line
         if who is not None and by != who:
             continue
         if crashdump.is_fatal(text) or not crashdump.is_dump_line(text):
