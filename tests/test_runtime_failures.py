@@ -274,6 +274,34 @@ def test_the_nanny_keeps_a_dump_whole_and_a_record_readable_whatever_the_worker_
         assert not [p for p in report.problems if "1 MiB" in p.message], report.problems
 
 
+def aborts():
+    os.abort()
+
+
+def bus_error():
+    import threading
+
+    signal.pthread_kill(threading.get_ident(), signal.SIGBUS)   # to this thread, as a bad memory access is
+
+
+def test_an_abort_and_a_bus_error_are_crashes_with_their_stacks(log_dir):
+    """SIGABRT and SIGBUS come from the process's own code: each death is that signal, says where it crashed,
+    and nothing else died (the whole multiset)."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="1GiB", log_dir=log_dir,
+                      scheduler_kwargs={"allowed_failures": 0}) as cluster, Client(cluster) as client:
+        for task, incarnation in ((aborts, 2), (bus_error, 3)):
+            with pytest.raises(KilledWorker):
+                client.submit(task, pure=False).result(timeout=60)
+            wait_until(lambda: any(i["incarnation"] == incarnation for i in client.scheduler_info()["workers"].values()),
+                       what=f"incarnation {incarnation} registered")
+    deaths = analyze([log_dir]).deaths
+    assert sorted((d.incarnation, d.cause, d.detail) for d in deaths) == [
+        (1, "sudden_exit", "signal_6"), (2, "sudden_exit", "signal_7"), (3, "chose_to_exit", "shutdown")]
+    assert [[f.function for f in d.stack if f.origin == "own"][:1] for d in deaths if d.stack] == [["aborts"],
+                                                                                                   ["bus_error"]]
+    assert "SIGBUS in compiled code (it crashed in bus_error (" in deaths[1].hints[0].text
+
+
 def test_a_task_that_kills_every_worker_gets_killed_worker_and_the_cluster_keeps_working(log_dir):
     with LocalCluster(n_workers=2, memory_limit="1GiB", log_dir=log_dir,
                       scheduler_kwargs={"allowed_failures": 1}) as cluster, Client(cluster) as client:
