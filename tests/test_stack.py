@@ -262,3 +262,13 @@ def test_a_dump_collected_with_kubectl_timestamps_still_gives_the_stack(tmp_path
     (tmp_path / "kubectl.log").write_text("\n".join(stamped) + "\n")
     stacks = [d.stack for d in _segfaults([tmp_path / "kubectl.log"]).values()]
     assert [[f.function for f in s[:2]] for s in stacks] == [["string_at", "crash"]]
+
+
+def test_a_recursion_of_one_frame_is_shown_without_a_false_elision():
+    from kwdiag.analysis.stack import Frame
+    from kwdiag.report.text import crash_frames
+
+    f = Frame("walk", "/home/me/proj/tree.py", 3, "own")
+    assert crash_frames([f] * 10) == ([f] * 10, f)              # all ten shown, nothing left out
+    assert crash_frames([f] * 12) == ([f] * 10 + [None], f)
+    assert crash_frames([f] * 3, brief=True) == ([f, None], f)

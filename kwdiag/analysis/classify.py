@@ -26,7 +26,7 @@ from kwdiag.analysis.facts import chose_first, derive_facts, exit_signal, nanny_
 from kwdiag.analysis.memory import memory_trace
 from kwdiag.analysis.model import Death, Evidence
 from kwdiag.analysis.remedies import hints_for, observations
-from kwdiag.analysis.stack import Frame, crash_stack, user_frame
+from kwdiag.analysis.stack import Frame, crash_stack, named_frame
 from kwdiag.analysis.vote import Decision, Vote, decide
 from kwdiag.engine import Rule, RuleSet
 from kwdiag.events import Event
@@ -216,7 +216,7 @@ def _hints(inc: Incarnation, decision: Decision, rules_used: list[Rule], events:
     if inc.pid is not None:
         obs["pid"] = inc.pid
     if stack:
-        obs["crash_frame"] = str(user_frame(stack) or stack[0])
+        obs["crash_frame"] = str(named_frame(stack))
     rts = runtimes_of({e.origin.file for e in inc.events if e.origin}, inp.file_runtime)
     winners: list[Rule] = []
     for v in decision.kept:

@@ -90,6 +90,12 @@ def user_frame(stack: Iterable[Frame]) -> Frame | None:
                                                                         None)
 
 
+def named_frame(stack: Iterable[Frame]) -> Frame | None:
+    """The frame a fix and an announcement name: ``user_frame``, else the innermost (None for no frames)."""
+    stack = list(stack)
+    return user_frame(stack) or (stack[0] if stack else None)
+
+
 def _frame(function: str, path: str, line: int) -> Frame:
     """``/.../site-packages/dask/dataframe/core.py`` -> ``dask/dataframe/core.py`` (a package's frame); the
     standard library's ``/.../lib/python3.11/ctypes/__init__.py`` -> ``ctypes/__init__.py``; kwdiag's own files

@@ -7,7 +7,7 @@ import os
 import time
 
 from kwdiag.analysis.model import Death, Evidence, Hint
-from kwdiag.analysis.stack import user_frame
+from kwdiag.analysis.stack import named_frame, user_frame
 from kwdiag.escape import safe
 
 EVIDENCE_PER_GROUP = 3
@@ -28,8 +28,8 @@ def death_line(d: Death) -> str:
     means, what it was running and, for a crash, the frame of the task's own code it crashed in."""
     verb = "died" if d.failure else "left"
     running = f"; running {', '.join(safe(t, 60) for t in d.running[:3])}" if d.running else ""
-    own = user_frame(d.stack) or (d.stack[0] if d.stack else None)
-    crashed = f"; crashed in {safe(str(own), 120)}" if own is not None else ""
+    named = named_frame(d.stack)
+    crashed = f"; crashed in {safe(str(named), 120)}" if named is not None else ""
     return (f"worker {safe(d.worker)} #{d.incarnation} {verb}: {d.cause}/{safe(d.detail)} — {safe(d.summary)}"
             f"{running}{crashed}")
 
@@ -93,10 +93,12 @@ def crash_frames(stack, brief: bool = False) -> tuple[list, object]:
     ``brief``: up to that frame, the ones between skipped past four; else up to ten."""
     stack = list(stack)
     named = user_frame(stack)
-    at = stack.index(named) if named is not None else 0
-    if brief:
-        shown = stack[:at + 1] if at < 4 else [*stack[:2], None, stack[at]]
+    at = stack.index(named) if named is not None else 0   # the first such frame: what user_frame returned
+    limit = 4 if brief else 10
+    if brief and at < limit:
+        shown, last = stack[:at + 1], at
+    elif at < limit:
+        shown, last = stack[:limit], min(limit, len(stack)) - 1
     else:
-        shown = stack[:10] if at < 10 else [*stack[:8], None, stack[at]]
-    last = stack.index(shown[-1]) if shown else -1
+        shown, last = [*stack[:limit - 2], None, stack[at]], at
     return (shown + [None] if last < len(stack) - 1 else shown), named
