@@ -17,6 +17,10 @@ import re
 from typing import Iterable
 
 FATAL_MARKERS = ("Fatal Python error", "Windows fatal exception")
+# How much of a dump and of a stderr tail a worker-exit record keeps: lines, and bytes as encoded in the record,
+# which must stay one JSONL line readers take (< 1 MiB; 100 lines of control characters would take 600 KB).
+MAX_LINES = 2000          # a worker of 100 threads prints ~1,500
+TAIL_BYTES, DUMP_BYTES = 300_000, 400_000
 _DUMP_LINE = re.compile(r'^\s*(?:$|File "|<no Python frame>|<tstate is freed>|<freed frame>|Garbage-collecting'
                         r"|(?:Current thread|Thread) 0x|Stack \(most recent call first\)|Extension modules: |\.\.\."
                         r"|Python runtime state: )")

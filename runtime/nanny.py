@@ -35,10 +35,6 @@ logger = logging.getLogger("kwdiag.nanny")
 SAMPLES_KEPT_SECONDS = 30.0
 STDERR_TAIL_LINES = 100  # the last lines the worker wrote to stderr
 STDERR_LINE_KEPT = 1000  # characters of each
-CRASH_DUMP_LINES = 2000  # a faulthandler dump from its first line: a worker of 100 threads prints ~1,500
-# Bytes of each as encoded in the worker-exit record, which must stay one JSONL line readers take (< 1 MiB):
-# 100 lines of control characters would take 600 KB.
-TAIL_BYTES, CRASH_DUMP_BYTES = 300_000, 400_000
 
 
 def signal_name(number: int) -> str:
@@ -243,7 +239,7 @@ class Nanny:
         if crashdump.is_fatal(text):
             self.crash_dump, self._dump_open = [text], True
         elif self._dump_open:
-            if crashdump.is_dump_line(text) and len(self.crash_dump) < CRASH_DUMP_LINES:
+            if crashdump.is_dump_line(text) and len(self.crash_dump) < crashdump.MAX_LINES:
                 self.crash_dump.append(text)
             else:
                 self._dump_open = False   # the first line that is not the dump's ends it (a forked child's dump)
@@ -304,8 +300,8 @@ class Nanny:
                        memory_limit=self.memory_limit, terminate_fraction=self.fraction,
                        peak_rss=max((s[1] for s in samples), default=None), memory_samples=samples,
                        running_tasks=sorted(self.running),
-                       stderr_tail=crashdump.fit(self.stderr_tail, TAIL_BYTES, keep_end=True),
-                       **({"crash_dump": crashdump.fit(self.crash_dump, CRASH_DUMP_BYTES)} if self.crash_dump else {}),
+                       stderr_tail=crashdump.fit(self.stderr_tail, crashdump.TAIL_BYTES, keep_end=True),
+                       **({"crash_dump": crashdump.fit(self.crash_dump, crashdump.DUMP_BYTES)} if self.crash_dump else {}),
                        uptime=round(time.monotonic() - self.started_at, 3), will_restart=will_restart)
         self._exited.set()
         if not will_restart:

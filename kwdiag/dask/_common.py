@@ -33,8 +33,6 @@ EXECUTING_KIND = "tasks-executing"
 BANNER = "kwdiag: worker process pid={pid} started"  # marks where one incarnation's lines begin in the log
 TAIL_BYTES = 1 << 20   # how far back from the end a reader looks for one process's last lines
 TAIL_LINES = 100       # room for a faulthandler dump of a few threads, as the embedded nanny keeps
-CRASH_DUMP_LINES = 2000  # the whole dump besides (``process_crash_dump``), bounded as the embedded nanny's
-TAIL_BYTES, CRASH_DUMP_BYTES = 300_000, 400_000   # as encoded in a JSONL record, which must stay under 1 MiB
 
 logger = logging.getLogger("kwdiag.dask")
 
@@ -249,7 +247,7 @@ def process_log_tail(log_path: str, pid: int | None, limit: int = TAIL_LINES) ->
         return None
     head = min(20, limit // 2)
     kept = section if len(section) <= limit else section[:head] + section[-(limit - head):]
-    return crashdump.fit(kept, TAIL_BYTES, keep_end=True)
+    return crashdump.fit(kept, crashdump.TAIL_BYTES, keep_end=True)
 
 
 def process_crash_dump(log_path: str, pid: int | None) -> list[str] | None:
@@ -261,11 +259,11 @@ def process_crash_dump(log_path: str, pid: int | None) -> list[str] | None:
     if start is None:
         return None
     out = [section[start]]
-    for line in section[start + 1:start + CRASH_DUMP_LINES]:
+    for line in section[start + 1:start + crashdump.MAX_LINES]:
         if not crashdump.is_dump_line(line):
             break   # the first line that is not the dump's ends it
         out.append(line)
-    return crashdump.fit(out, CRASH_DUMP_BYTES)
+    return crashdump.fit(out, crashdump.DUMP_BYTES)
 
 
 def text_line(logger_name: str, level: str, message: str, when: float | None = None) -> str:

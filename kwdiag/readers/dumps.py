@@ -29,7 +29,7 @@ from kwdiag.readers.shapes import unwrap_from
 _SHIPPED_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?:\s+|$)")
 
 MAX_DUMPS = 200
-MAX_DUMP_LINES = 2000      # a worker of 100 threads prints ~1,500
+MAX_DUMP_LINES = crashdump.MAX_LINES
 MAX_DUMP_CHARS = 256_000
 MAX_LINE = 4096
 BLOCK = 1 << 22
