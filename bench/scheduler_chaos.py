@@ -262,6 +262,9 @@ def soak(n_tasks: int = 10_000, script: list[str] | None = None, every: float = 
     cluster = CliCluster(log_dir, 3, ttl, env)
     try:
         with Client(scheduler_file=cluster.scheduler_file, timeout=30) as client:
+            # Faults start once the workers are up: a scheduler killed before any worker registered (a loaded CI
+            # box starts them slowly) had nothing to recover and no first task to time.
+            client.wait_for_workers(3, timeout=120)
             chaos = SchedulerChaos(client, cluster, script, every, ttl)
             chaos.start()
             xs = client.map(leaf, range(n_leaves))
