@@ -133,14 +133,19 @@ def plain_python_loop(paths: list[Path], size: int, rules) -> None:
 
 
 def _grep_anchor(paths: list[Path], size: int, rules) -> None:
-    keywords = sorted(rules.by_keyword)
+    """grep -cE looking for what kwdiag's prefilter looks for: every line rule's keywords but the connection lines
+    that are read only before a removal (``kwdiag.engine.deferred_keywords``), and kwdiag's JSONL events."""
+    from kwdiag.engine import prefilter_keywords
+
+    keywords = prefilter_keywords(rules.rules)
     if shutil.which("grep"):
         pattern = "|".join(re.escape(k).replace("\\ ", " ") for k in keywords)
         t = time.perf_counter()
         g = subprocess.run(["grep", "-cE", pattern, *map(str, paths)], capture_output=True, text=True)
         dt = time.perf_counter() - t
         hits = sum(int(x.rsplit(":", 1)[-1]) for x in g.stdout.split())
-        print(f"  grep -cE ({len(keywords)} signatures): {dt:.2f}s = {size / dt / 1e6:.0f} MB/s, {hits} lines")
+        print(f"  grep -cE ({len(keywords)} signatures, {len(rules.deferred)} deferred left out): {dt:.2f}s = "
+              f"{size / dt / 1e6:.0f} MB/s, {hits} lines")
 
 
 def _explain(target: Path, size: int, check) -> None:

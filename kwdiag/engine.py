@@ -25,6 +25,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from kwdiag.kinds import CONNECTION
 from kwdiag.reasons import NAMED
 from kwdiag.records import record
 
@@ -486,6 +487,23 @@ def _trie(words: Iterable, escape: Callable[[Any], Any], empty: Any) -> Any:
     return build(trie)
 
 
+def deferred_keywords(rules: Iterable[Rule]) -> set[str]:
+    """The line rules' keywords that only connection rules have (``kinds.CONNECTION``: the scheduler's
+    ``Received 'close-stream'``): a line of one of them tells anything only when a removal follows within
+    ``kinds.NEAR_REMOVAL`` lines, so the prefilter does not look for them (a long-running scheduler prints
+    millions) and the reader reads the few lines before each removal instead (``kwdiag.readers.scan.Lookback``)."""
+    line_rules = [r for r in rules if r.is_line_rule]
+    connection = {k for r in line_rules if r.emit_kind in CONNECTION for k in r.keywords}
+    return connection - {k for r in line_rules if r.emit_kind not in CONNECTION for k in r.keywords}
+
+
+def prefilter_keywords(rules: Iterable[Rule]) -> list[str]:
+    """What the prefilter looks for: every line rule's keywords but the deferred ones, and kwdiag's JSONL."""
+    rules = list(rules)
+    keywords = {k for r in rules if r.is_line_rule for k in r.keywords} - deferred_keywords(rules)
+    return sorted(keywords | {RuleSet.JSON_KEYWORD})
+
+
 def prefilter_for(keywords: Iterable[str], cached: Mapping[str, Any] | None = None) -> tuple[list[bytes], bytes]:
     """The prefilter's anchors and trie pattern for ``keywords``; taken from ``cached`` (the rule bundle's, built
     for the built-in rules) when it was built for exactly these keywords, which spares ~7 ms at every start."""
@@ -511,7 +529,8 @@ class RuleSet:
         for r in self.line_rules:
             for k in r.keywords:
                 self.by_keyword.setdefault(k, []).append(r)
-        self.anchors, pattern = prefilter_for(set(self.by_keyword) | {self.JSON_KEYWORD}, prefilter_cache)
+        self.deferred = deferred_keywords(self.line_rules)
+        self.anchors, pattern = prefilter_for(prefilter_keywords(self.line_rules), prefilter_cache)
         # Literals over raw bytes (stdlib re: literals only, so no timeout is needed), as a trie.
         self.prefilter = _stdre.compile(pattern)
         self._keyword_re: Any = None  # built on the first candidate line (most runs of a small log see few)

@@ -59,7 +59,7 @@ def parse_rule_file(raw: bytes, relative: str, bundle: dict[str, list]) -> dict[
 def build_bundle(rules_dir: Path) -> dict[str, Any]:
     """The bundle for every ``*.toml`` under ``rules_dir`` (a file whose table JSON cannot carry, such as a
     TOML date, is left out: it is parsed from its TOML at load)."""
-    from kwdiag.engine import RuleSet, load_rule_files, prefilter_for
+    from kwdiag.engine import load_rule_files, prefilter_for, prefilter_keywords
 
     import tomllib
 
@@ -74,7 +74,7 @@ def build_bundle(rules_dir: Path) -> dict[str, Any]:
             continue
         files[path.relative_to(rules_dir).as_posix()] = [digest(raw), table]
     rules, _ = load_rule_files([rules_dir], compile_now=False)
-    keywords = sorted({k for r in rules if r.is_line_rule for k in r.keywords} | {RuleSet.JSON_KEYWORD})
+    keywords = prefilter_keywords(rules)
     anchors, pattern = prefilter_for(keywords)
     prefilter = {"keywords": keywords, "anchors": [a.decode("latin-1") for a in anchors],
                  "pattern": pattern.decode("latin-1")}

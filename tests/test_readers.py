@@ -337,3 +337,52 @@ def test_a_start_that_fails_after_the_nanny_restarts_is_the_next_process(tmp_pat
         failed, "distributed.nanny - WARNING - Restarting worker", failed]) + "\n")
     assert_deaths(analyze([str(tmp_path / "nanny.log")]).deaths, [
         (ANY, 1, "unrecoverable_exception", "startup_failure"), (ANY, 2, "unrecoverable_exception", "startup_failure")])
+
+
+# ---------------------------------------------------------------- the lines before a removal
+def test_the_connection_lines_before_a_removal_are_read_however_the_file_is_scanned(tmp_path, monkeypatch):
+    """The prefilter does not look for the scheduler's connection lines (a long-running scheduler prints millions);
+    the reader reads the NEAR_REMOVAL lines before each removal instead, each line once. That must give the same
+    events whichever way the file is scanned: a block boundary anywhere (the line before a removal at the end of
+    the block before), GNU grep finding the candidates, a parallel scan whose range starts anywhere. A real
+    retirement log (two connection lines, each right before a removal), three times over."""
+    from kwdiag.kinds import CONNECTION, NEAR_REMOVAL
+    from kwdiag.readers import scan as scanner
+    from kwdiag.readers.text import read_events
+
+    case = SAMPLES / "corpus/cases/2026.8.0/047-retire-cli-nonanny-random-mid/scheduler.log"
+    lines = case.read_text().splitlines() * 3
+    path = tmp_path / "scheduler.log"
+    path.write_text("\n".join(lines) + "\n")
+    # what the spec says is read: a connection line at most NEAR_REMOVAL lines before a removal, not read already
+    removals = [n for n, line in enumerate(lines, 1) if "Remove worker" in line]
+    want, done = [], 0
+    for r in removals:
+        want += [n for n in range(max(done + 1, r - NEAR_REMOVAL), r)
+                 if "has been closed." in lines[n - 1] or "'close-stream'" in lines[n - 1]]
+        done = r
+    assert len(want) == 6 and len(removals) == 9
+
+    def connection_lines() -> list[int]:
+        events, _, problems = read_events([str(path)], RULES)
+        assert problems == []
+        return sorted(e.origin.line for e in events if e.kind in CONNECTION)
+
+    assert connection_lines() == want
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    for n in range(2, 36):   # a block ending after each line of the first copy
+        monkeypatch.setattr(scanner, "BLOCK", starts[n - 1])
+        assert connection_lines() == want, n
+    monkeypatch.undo()
+    if _gnu_grep_here():
+        monkeypatch.setattr(scanner, "GREP_MIN", 0)
+        assert connection_lines() == want
+        monkeypatch.undo()
+    monkeypatch.setenv("KWDIAG_NO_GREP", "1")
+    monkeypatch.setenv("KWDIAG_JOBS", "2")
+    monkeypatch.setattr(scanner, "PARALLEL_MIN", 1)
+    for n in sorted({r - d for r in removals[:3] for d in range(NEAR_REMOVAL + 1)}):   # ranges cut near a removal
+        monkeypatch.setattr(scanner, "_boundaries", lambda path, size, jobs, cut=starts[n - 1]: [0, cut, size])
+        assert connection_lines() == want, n

@@ -66,11 +66,54 @@ LineHandler = Callable[[int, bytes, "bytes | None"], None]
 GREP_MIN = 16 << 20
 
 
+class Lookback:
+    """The lines just before the candidate line being handed over, for a handler that finds it needs them
+    (the reader, at a removal: the connection lines the prefilter does not look for, ``engine.deferred_keywords``).
+
+    ``lines(n)`` (``n`` at most ``depth``, the most the handler asks for: a parallel scan's workers find that many
+    for every hit) is valid only during an ``on_line`` call: up to ``n`` lines before that line, oldest first, as
+    ``(lineno, line, previous timestamped line or None)`` like ``on_line``'s arguments. They come from the block
+    being read and the one before it (a block ends at a line's end), so a line's predecessors are found unless
+    they lie before an over-long line the scan cut or more than a block back, which no short line needs.
+    """
+
+    __slots__ = ("depth", "at", "previous", "given")
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.at: tuple[bytes, int, int] | None = None  # (body, start of the line in it, its line number)
+        self.previous: bytes | None = None   # the body before the current one: whole lines, ending at a newline
+        self.given: list | None = None   # lines found beforehand (a parallel scan's worker found them)
+
+    def lines(self, n: int) -> list[tuple[int, bytes, bytes | None]]:
+        if self.given is not None:
+            return self.given[-n:] if n else []
+        if self.at is None:
+            return []
+        body, start, lineno = self.at
+        out: list[tuple[int, bytes, bytes | None]] = []
+        switched = False
+        while len(out) < n:
+            if start <= 0:
+                if switched or not self.previous:
+                    break
+                body, start, switched = self.previous, len(self.previous), True
+            end = start - 1   # the newline that ends the line before
+            ls = body.rfind(b"\n", 0, end) + 1
+            line = body[ls:end] if end - ls <= MAX_LINE else body[ls: ls + MAX_LINE]
+            prev = None if TS_START.match(line) else _previous_stamped(body, ls)
+            out.append((lineno - len(out) - 1, line, prev))
+            start = ls
+        out.reverse()
+        return out
+
+
 def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes] | None = None,
-         on_block: Callable[[int], None] | None = None) -> ScanStats:
+         on_block: Callable[[int], None] | None = None, lookback: Lookback | None = None) -> ScanStats:
     """Feed every prefilter-matching line of ``path`` (None = stdin) to ``on_line``. ``literals``: the prefilter's
     alternatives, which grep can look for in a large plain file (the same lines come out either way).
-    ``on_block``: told the bytes read so far after each block (a parallel scan tells once, at its end)."""
+    ``on_block``: told the bytes read so far after each block (a parallel scan tells once, at its end).
+    ``lookback``: kept up to date so that ``on_line`` can ask for the lines before its line (``Lookback``)."""
     stats = ScanStats(on_block=on_block)
     raw, close = _open(path)
     try:
@@ -96,11 +139,12 @@ def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes
 
                 offsets = grep_offsets(path, literals)
                 if offsets is not None:
-                    _scan_blocks(head, raw, OffsetFinder(offsets), on_line, stats)
+                    _scan_blocks(head, raw, OffsetFinder(offsets), on_line, stats, lookback)
                     return stats
-            if size >= PARALLEL_MIN and os.path.isfile(path) and _scan_parallel(path, size, prefilter, on_line, stats):
+            if size >= PARALLEL_MIN and os.path.isfile(path) and \
+                    _scan_parallel(path, size, prefilter, on_line, stats, lookback):
                 return stats
-        _scan_blocks(head, stream or raw, RegexFinder(prefilter), on_line, stats)
+        _scan_blocks(head, stream or raw, RegexFinder(prefilter), on_line, stats, lookback)
     finally:
         if close:
             raw.close()
@@ -178,7 +222,8 @@ TS_START = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 LOOKBACK = 256 << 10
 
 
-def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: ScanStats) -> None:
+def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: ScanStats,
+                 lookback: Lookback | None = None) -> None:
     """The prefilter's loop over large blocks of a file: find candidate lines (``finder``: the regex over the
     bytes, or the offsets grep found), hand each (and the lines a block's end cut in two) to ``on_line`` with
     its line number. Over 60 lines on purpose: the hot loop keeps its state in locals (the carry-over of a cut
@@ -194,7 +239,7 @@ def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: Scan
         if not chunk:
             if carry and not skipping:
                 body = carry + b"\n"
-                _feed(body, lineno, starts(body, pos - len(carry), len(carry)), on_line)
+                _feed(body, lineno, starts(body, pos - len(carry), len(carry)), on_line, lookback)
                 stats.lines += 1
             break
         stats.bytes += len(chunk)
@@ -225,9 +270,11 @@ def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: Scan
                 if stats.first_long_line is None:
                     stats.first_long_line = lineno
                 body = buf[:MAX_LINE] + b"\n"
-                _feed(body, lineno, starts(body, buf_start, MAX_LINE), on_line)
+                _feed(body, lineno, starts(body, buf_start, MAX_LINE), on_line, lookback)
                 carry = b""
                 skipping = True
+                if lookback is not None:   # the lines after a cut one do not see it, nor what came before it
+                    lookback.previous = None
             else:
                 carry = buf
             chunk = _read(stream, stats)
@@ -241,17 +288,21 @@ def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: Scan
             carry = carry[:MAX_LINE]
             _count_long(body, lineno, stats)
             whole = body + carry + b"\n"
-            n = _feed(whole, lineno, starts(whole, buf_start, len(whole) - 1), on_line)
+            n = _feed(whole, lineno, starts(whole, buf_start, len(whole) - 1), on_line, lookback)
             lineno += n
             stats.lines += n
             carry = b""
             skipping = True
+            if lookback is not None:
+                lookback.previous = None
             chunk = _read(stream, stats)
             continue
         _count_long(body, lineno, stats)
-        n = _feed(body, lineno, starts(body, buf_start, len(body)), on_line)
+        n = _feed(body, lineno, starts(body, buf_start, len(body)), on_line, lookback)
         lineno += n
         stats.lines += n
+        if lookback is not None:
+            lookback.previous = body
         chunk = _read(stream, stats)
 
 
@@ -335,9 +386,9 @@ def _previous_stamped(body: bytes, ls: int) -> bytes | None:
     return None
 
 
-def _feed(body: bytes, lineno: int, starts, on_line: LineHandler) -> int:
+def _feed(body: bytes, lineno: int, starts, on_line: LineHandler, lookback: Lookback | None = None) -> int:
     """Call ``on_line`` for each line of ``body`` holding one of the candidate positions ``starts`` (ascending);
-    return the body's line count.
+    return the body's line count. ``lookback`` is pointed at each line before its call.
 
     Lines longer than ``MAX_LINE`` inside the body are cut to ``MAX_LINE``.
     """
@@ -355,6 +406,8 @@ def _feed(body: bytes, lineno: int, starts, on_line: LineHandler) -> int:
         counted_to = ls
         line = body[ls:le] if le - ls <= MAX_LINE else body[ls: ls + MAX_LINE]
         prev = None if TS_START.match(line) else _previous_stamped(body, ls)
+        if lookback is not None:
+            lookback.at = (body, ls, lineno)
         on_line(lineno, line, prev)
         done_to = le
     return count(b"\n")
@@ -404,18 +457,33 @@ class _Range:
         return data
 
 
-def _scan_range(path: str, start: int, end: int, pattern: bytes):
+SEED = 64 << 10  # how far before its range a parallel scan's worker reads, for the lines before its first hits
+
+
+def _scan_range(path: str, start: int, end: int, pattern: bytes, before: int):
+    """One worker's part of a parallel scan: its hits, each with the ``before`` lines before it (``Lookback``:
+    the worker cannot know which hit the reader will ask about), and its counts."""
     prefilter = re.compile(pattern)
     hits: list = []
     stats = ScanStats()
+    lookback = Lookback(before) if before else None
     with open(path, "rb") as f:
+        if lookback is not None and start > 0:   # whole lines only: from the first newline on
+            f.seek(max(0, start - SEED))
+            seed = f.read(start - max(0, start - SEED))
+            lookback.previous = seed if start <= SEED else seed[seed.find(b"\n") + 1:]
         f.seek(start)
         rng = _Range(f, end)
-        _scan_blocks(rng.read(BLOCK), rng, RegexFinder(prefilter), lambda *a: hits.append(a), stats)
+        if lookback is None:
+            on_hit = lambda *a: hits.append((*a, None))   # noqa: E731
+        else:
+            on_hit = lambda *a: hits.append((*a, lookback.lines(before)))   # noqa: E731
+        _scan_blocks(rng.read(BLOCK), rng, RegexFinder(prefilter), on_hit, stats, lookback)
     return hits, stats.lines, stats.bytes, stats.long_lines, stats.first_long_line
 
 
-def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats: ScanStats) -> bool:
+def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats: ScanStats,
+                   lookback: Lookback | None = None) -> bool:
     """Scan ``path`` in ``_jobs`` processes, replaying hits in file order. False if not possible."""
     n = _jobs(size)
     if n < 2:
@@ -431,11 +499,14 @@ def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats:
     except ValueError:  # pragma: no cover - no fork on this platform
         return False
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
-        futures = [ex.submit(_scan_range, path, cuts[i], cuts[i + 1], prefilter.pattern) for i in range(n)]
+        before = lookback.depth if lookback is not None else 0
+        futures = [ex.submit(_scan_range, path, cuts[i], cuts[i + 1], prefilter.pattern, before) for i in range(n)]
         base = 0
         for fut in futures:
             hits, lines, nbytes, long_lines, first_long = fut.result()
-            for lineno, line, prev in hits:
+            for lineno, line, prev, earlier in hits:
+                if lookback is not None:
+                    lookback.given = [(base + ln, text, p) for ln, text, p in earlier]
                 on_line(base + lineno, line, prev)
             if long_lines:
                 stats.long_lines += long_lines
@@ -444,4 +515,6 @@ def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats:
             base += lines
             stats.lines += lines
             stats.bytes += nbytes
+    if lookback is not None:
+        lookback.given = None
     return True

@@ -27,7 +27,7 @@ from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, END, NEAR_REMOVAL
 from kwdiag.readers import jsonlog
 from kwdiag.readers.dumps import attach_dumps
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
-from kwdiag.readers.scan import MAX_LINE, InputUnreadable, scan
+from kwdiag.readers.scan import MAX_LINE, InputUnreadable, Lookback, scan
 from kwdiag.readers.shapes import is_noise, unwrap, unwrap_from
 from kwdiag.records import record
 
@@ -136,10 +136,12 @@ class _FileState:
         self.first_bad_utf8: int | None = None
         self.bad_json = 0
         self.first_bad_json: tuple[int, str] | None = None
-        # Connection lines (kinds.CONNECTION) of the last NEAR_REMOVAL lines, unparsed: read only if a removal
-        # follows (a long-running scheduler prints one per client session; nothing else needs them).
-        self.held: list[tuple[int, str, bytes | None]] = []
-        self._held_only: dict[int, bool] = {}  # id of a candidates tuple -> all its rules emit a connection line
+        # Connection lines (kinds.CONNECTION) tell anything only when a removal follows within NEAR_REMOVAL lines
+        # (a long-running scheduler prints one per client session: millions). The prefilter does not look for
+        # them (engine.deferred_keywords); at a removal the reader reads the lines before it, once.
+        self.lookback = Lookback(NEAR_REMOVAL)
+        self._read_to = 0  # the lines up to this one were read for an earlier removal
+        self._only: dict[int, bool] = {}  # id of a candidates tuple -> all its rules emit a connection line
         self.bad_times = 0  # lines stamped with a time no clock shows (month 13, 25:61)
         self.first_bad_time: int | None = None
         self.json_events = 0
@@ -191,15 +193,13 @@ class _FileState:
     def _line(self, lineno: int, text: str, prev: bytes | None) -> None:
         candidates = self.rules.candidates(text)
         if candidates and self._only_connection(candidates):
-            self.held = [h for h in self.held if lineno - h[0] < NEAR_REMOVAL]
-            self.held.append((lineno, text, prev))
-            return
+            return   # read only if a removal follows (_read_before); the prefilter passed it for another anchor
         self._text_line(lineno, text, prev, candidates)
 
     def _only_connection(self, candidates: tuple) -> bool:
-        only = self._held_only.get(id(candidates))
+        only = self._only.get(id(candidates))
         if only is None:
-            only = self._held_only[id(candidates)] = all(r.emit_kind in CONNECTION for r in candidates)
+            only = self._only[id(candidates)] = all(r.emit_kind in CONNECTION for r in candidates)
         return only
 
     def _text_line(self, lineno: int, text: str, prev: bytes | None, candidates: tuple) -> None:
@@ -238,8 +238,8 @@ class _FileState:
         worker = fields.pop("worker", None)
         if ts is None:
             fields["ts_unknown"] = True
-        if rule.emit_kind == "worker-removed" and self.held:
-            self._read_held(origin.line)
+        if rule.emit_kind == "worker-removed" and origin.line > self._read_to:
+            self._read_before(origin.line)
         self.events.append(Event(
             ts=ts if ts is not None else 0.0,
             source=rule.emit_source,
@@ -251,13 +251,24 @@ class _FileState:
             origin=origin,
         ))
 
-    def _read_held(self, removal_line: int) -> None:
-        """Read the held connection lines just before a removal (in order, before it)."""
-        held, self.held = [h for h in self.held if removal_line - h[0] <= NEAR_REMOVAL], []
+    def _read_before(self, removal_line: int) -> None:
+        """Read the connection lines among the NEAR_REMOVAL lines before a removal (in order, before it), each
+        once: lines an earlier removal already read are not read again."""
+        earlier = [x for x in self.lookback.lines(NEAR_REMOVAL) if x[0] > self._read_to]
+        self._read_to = removal_line
         last_ts, where = self.last_ts, self.timeouts.where
-        for lineno, text, prev in held:
-            self.timeouts.where = (self.name, lineno)
-            self._text_line(lineno, text, prev, None)
+        for lineno, raw, prev in earlier:
+            text = raw.decode("utf-8", "replace").rstrip("\r")
+            stripped = text.lstrip()
+            if stripped.startswith("{"):   # a JSON logging record: its message line (a kwdiag event is never one)
+                record = jsonlog.parse(_no_lone_surrogates(stripped) if "\\u" in stripped else stripped)
+                if record is None:
+                    continue
+                text = jsonlog.text_lines(record)[0]
+            candidates = self.rules.candidates(text)
+            if candidates and self._only_connection(candidates):
+                self.timeouts.where = (self.name, lineno)
+                self._text_line(lineno, text, prev, None)
         self.last_ts, self.timeouts.where = last_ts, where
 
 
@@ -385,7 +396,7 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
     state = _FileState(inp.name, rules, timeouts)
     try:
         tell = None if on_block is None else (lambda done: on_block(done, state.events))
-        stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors, tell)
+        stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors, tell, state.lookback)
     except InputUnreadable as exc:
         res.problems.append(InputProblem(inp.name, str(exc)))
         return res
