@@ -326,6 +326,19 @@ def test_a_collectors_prefix_names_the_process(line, who, ts):
     assert not text.startswith(("worker-1", "[pod/", "2026-11-26T"))
 
 
+def test_dasks_plain_layout_skips_the_wrappers_with_the_same_answer():
+    """A line in Dask's default layout is returned as it is without trying each collector's wrapper (most lines
+    of a saved log): the answer must be the one trying them gives, on every real line of the samples and the
+    corpus (and the fast path must be taken for most of them, or it spares nothing)."""
+    from kwdiag.readers.shapes import _PLAIN_DASK, _unwrapped, unwrap_from
+
+    plain = 0
+    for path in sorted(SAMPLES.rglob("*.log")) + sorted(SAMPLES.rglob("*.txt")):
+        for line in path.read_text(errors="replace").splitlines():
+            assert unwrap_from(line) == _unwrapped(line), (path, line)
+            plain += bool(_PLAIN_DASK.match(line))
+    assert plain > 20_000
+
 
 def test_a_start_that_fails_after_the_nanny_restarts_is_the_next_process(tmp_path):
     """A nanny (distributed 2.x) whose worker failed to start, restarted it, and saw the new process fail too:

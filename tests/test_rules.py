@@ -260,3 +260,24 @@ def test_a_megabyte_of_line_cannot_hang_a_built_in_rule():
     assert out, "matching one long line did not finish within 60 s"
     short = "Key:       div-1-0"     # and a line of the usual length still matches, through re
     assert [(r.id, g) for r, g in ruleset.match_line(short)] == [("dask-compute-failed-key", {"key": "div-1-0"})]
+
+
+def test_the_first_lines_looked_up_keyword_by_keyword_get_the_rules_the_trie_gives(monkeypatch):
+    """A run's first RuleSet.TRIE_AFTER candidate lines are looked up one keyword at a time (compiling the trie
+    of every keyword would cost a small log more than its lines); both ways must give the same rules, on every
+    line of the samples and the corpus that holds a keyword."""
+    root = Path(__file__).resolve().parent.parent
+    by_keyword, by_trie = RuleSet(RULES), RuleSet(RULES)
+    monkeypatch.setattr(by_keyword, "_lines_before_trie", 10 ** 9)
+    by_trie._build_keyword_finder()
+    compared = 0
+    for path in sorted((root / "sample_logs").rglob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            want = by_trie.candidates(line)
+            assert by_keyword.candidates(line) == want, (path, line)
+            compared += bool(want)
+    assert compared > 15_000 and by_keyword._keyword_re is None
+    fresh = RuleSet(RULES)
+    for _ in range(RuleSet.TRIE_AFTER + 1):
+        fresh.candidates("2026-11-21 09:53:19,534 - distributed.nanny - INFO - Closing Nanny at tcp://x")
+    assert fresh._keyword_re is not None   # then the trie takes over

@@ -35,6 +35,10 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 _LEADING_ISO = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+(?=\S)")
 _DASK_TS = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
+# Dask's own layout as its default logging config writes it ("2026-11-21 10:56:57,123 - distributed..."): no
+# wrapper can be around such a line (each starts otherwise, or needs a second stamp after its own), so it is
+# returned as it is without trying them (most lines of a saved log are in this layout).
+_PLAIN_DASK = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - ")
 
 
 def is_noise(line: str) -> bool:
@@ -53,6 +57,13 @@ def unwrap(line: str, year: int | None = None) -> tuple[str, float | None]:
 
 def unwrap_from(line: str, year: int | None = None) -> tuple[str, float | None, str | None]:
     """``unwrap``, and the process the outermost collector's prefix names (None when there is none)."""
+    if _PLAIN_DASK.match(line):
+        return line.strip(), None, None
+    return _unwrapped(line, year)
+
+
+def _unwrapped(line: str, year: int | None = None) -> tuple[str, float | None, str | None]:
+    """``unwrap_from`` trying every wrapper (the answer for any line, Dask's plain layout too)."""
     ts = None
     who = None
     for _ in range(4):  # wrappers nest (a quoted kubectl line); a bounded number of passes
