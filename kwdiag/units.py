@@ -24,6 +24,8 @@ _STEPS = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
 
 def parse_size(value: Any) -> float | None:
     """Bytes in ``value`` (a number, or text holding ``<number> <unit>``), or None."""
+    if value is None:   # most fields asked for are absent (every event is asked for each size it might hold)
+        return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value) if math.isfinite(value) and value >= 0 else None
     if isinstance(value, str):

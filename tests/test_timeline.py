@@ -156,3 +156,69 @@ def test_fix_templates_drop_what_was_not_observed():
     assert fill_template(t, {}) == "Use a bigger --memory-limit."
     assert fill_template('scheduler_options={{"allowed_failures": {n}}}', {"n": 5}) == \
         'scheduler_options={"allowed_failures": 5}'
+
+
+# ---------------------------------------------------------------- shapes pastes take (pastes6's first run)
+def _paste_deaths(tmp_path, lines: list[str]) -> list[tuple[str, str, str]]:
+    from kwdiag.pipeline import analyze
+
+    (tmp_path / "paste.txt").write_text("\n".join(lines) + "\n")
+    return sorted((d.worker, d.cause, d.detail) for d in analyze([str(tmp_path / "paste.txt")], rules=RULES).deaths)
+
+
+def _corpus_lines(case: str, *numbers: int, cut: int = 0) -> list[str]:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "sample_logs/corpus/cases" / case
+    lines = path.read_text().splitlines()
+    return [lines[n - 1][cut:] for n in numbers]
+
+
+LOCALCLUSTER_CLOSE = "2026.8.0/015-sysexit-li-nn-random-end/cluster.log"
+
+
+def test_nannies_closing_in_one_stream_are_as_many_workers_as_the_order_of_their_lines_shows(tmp_path):
+    """A LocalCluster's close in its one stream, pasted without the time column: 'Nanny asking worker to close',
+    'Closing Nanny at A', 'Closing Nanny at B', 'Nanny asking worker to close', then the scheduler's removal of
+    worker 0. Dask prints a nanny's 'Closing' before its 'asking', so the first 'asking' is a third nanny's (its
+    'Closing' came before the paste): three workers ended, not two (the removal is one of them)."""
+    lines = _corpus_lines(LOCALCLUSTER_CLOSE, 126, 127, 128, 129, 134, cut=26)
+    assert lines[0].startswith("distributed.nanny - INFO - Nanny asking worker to close")
+    assert _paste_deaths(tmp_path, lines) == sorted(
+        [("0", "chose_to_exit", "shutdown")] + [("unnamed worker", "chose_to_exit", "shutdown")] * 2)
+    # with the time column and the two workers' own stops: still three, two of them named by their stops
+    lines = _corpus_lines(LOCALCLUSTER_CLOSE, 125, 126, 127, 128, 129, 130, 135)
+    assert _paste_deaths(tmp_path, lines) == sorted(
+        [("tcp://127.0.0.1:35987", "chose_to_exit", "shutdown"), ("tcp://127.0.0.1:44017", "chose_to_exit", "shutdown"),
+         ("unnamed worker", "chose_to_exit", "shutdown")])
+
+
+def test_one_memory_kill_printed_twice_is_one_death(tmp_path):
+    """The nanny logs its memory kill of a pid once; two handlers (Dask's and an orchestrator's, or the root
+    logger's too) print that record twice. One death; two kills of two pids stay two."""
+    case = "2026.8.0/012-nannymem-li-nn-fixed-end/cluster.log"
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "sample_logs/corpus/cases" / case).read_text().splitlines()
+    kills = [line for line in text if "exceeded 95% memory budget" in line]
+    assert len(kills) >= 1
+    one = _paste_deaths(tmp_path, [kills[0], kills[0]])
+    assert len(one) == 1 and one[0][1:] == ("nanny_memory_restart", "memory_limit")
+    corpus = Path(__file__).resolve().parent.parent / "sample_logs/corpus/cases/2026.8.0"
+    two = sorted({line for log in corpus.glob("*/*.log") for line in log.read_text().splitlines()
+                  if "exceeded 95% memory budget" in line})[:2]
+    assert two[0].split("pid=")[1][:6] != two[1].split("pid=")[1][:6]
+    assert [d[1:] for d in _paste_deaths(tmp_path, two)] == [("nanny_memory_restart", "memory_limit")] * 2
+
+
+def test_a_line_pasted_in_an_inline_code_span_reads_as_the_line(tmp_path):
+    """'...Restarting worker`': a paste inside an inline code span keeps the closing backtick on the line;
+    the rules' line ends ($) must not see it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "sample_logs/corpus/cases/2024.12.1"
+    line = next(x for p in sorted(root.glob("*/*.log")) for x in p.read_text().splitlines()
+                if x.endswith("distributed.nanny - WARNING - Restarting worker"))
+    plain = _paste_deaths(tmp_path, [line])
+    assert plain and _paste_deaths(tmp_path, [line + "`"]) == plain
+    assert _paste_deaths(tmp_path, ["`" + line + "`"]) == plain

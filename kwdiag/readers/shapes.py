@@ -58,7 +58,7 @@ def unwrap(line: str, year: int | None = None) -> tuple[str, float | None]:
 def unwrap_from(line: str, year: int | None = None) -> tuple[str, float | None, str | None]:
     """``unwrap``, and the process the outermost collector's prefix names (None when there is none)."""
     if _PLAIN_DASK.match(line):
-        return line.strip(), None, None
+        return line.strip().rstrip("`").rstrip(), None, None
     return _unwrapped(line, year)
 
 
@@ -89,7 +89,7 @@ def _unwrapped(line: str, year: int | None = None) -> tuple[str, float | None, s
             line = line[m.end():]  # the Dask line's own time is the one to read
         if line == before:
             break
-    return line.strip(), ts, who
+    return line.strip().strip("`").strip(), ts, who
 
 
 def _iso_time(stamp: str, zone: str) -> float | None:

@@ -124,7 +124,30 @@ def compatible(a: Incarnation, b: Incarnation) -> bool:
     if a.kw_incarnation is not None and b.kw_incarnation is not None and a.kw_incarnation != b.kw_incarnation:
         return False
     common = set(a.slots) & set(b.slots)
+    if "nanny-closing" in common and _two_nannies(a.slots["nanny-closing"], b.slots["nanny-closing"]):
+        return False
+    if _nanny_after_stop(a, b) or _nanny_after_stop(b, a):
+        return False
     return all(s in REPEATABLE or _slot_retold(a.slots[s], b.slots[s]) for s in common)
+
+
+def _two_nannies(xs, ys) -> bool:
+    """Each nanny prints "Closing Nanny at N" once and then "Nanny asking worker to close" once per close: two
+    addresses, two "asking" lines, or an "asking" before the other's "Closing" in one stream are two nannies."""
+    nx = {x.get("nanny") for x in xs} - {None}
+    ny = {y.get("nanny") for y in ys} - {None}
+    if nx and ny and nx != ny:
+        return True
+    if any(x.get("nanny") is None for x in xs) and any(y.get("nanny") is None for y in ys):
+        return True
+    return _asks_before_closing(xs, ys) or _asks_before_closing(ys, xs)
+
+
+def _asks_before_closing(xs, ys) -> bool:
+    """An "asking" line of ``xs`` comes before a "Closing Nanny at" line of ``ys`` in the same stream."""
+    asks = [x for x in xs if x.get("nanny") is None and x.origin is not None]
+    closes = [y for y in ys if y.get("nanny") is not None and y.origin is not None]
+    return any(stream_of(x) == stream_of(y) and x.origin.line < y.origin.line for x in asks for y in closes)
 
 
 def _slot_retold(xs: list[Event], ys: list[Event]) -> bool:
@@ -550,3 +573,15 @@ def _join_by_successor(j: _Joiner) -> None:
                     if compatible(p, u):
                         j.join(index[id(p)], index[id(u)])
                     break
+
+
+def _nanny_after_stop(a: Incarnation, b: Incarnation) -> bool:
+    """``a``'s worker stopped because its nanny asked ("Reason: nanny-close"), and ``b``'s nanny lines come
+    after that stop in the same file: Dask prints a nanny's close before its worker's stop, so not one process."""
+    for x in a.slots.get("closing", ()):
+        if not str(x.get("reason") or "").startswith("nanny-close") or x.origin is None:
+            continue
+        for y in b.slots.get("nanny-closing", ()):
+            if y.origin is not None and stream_of(y) == stream_of(x) and y.origin.line > x.origin.line:
+                return True
+    return False

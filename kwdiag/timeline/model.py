@@ -93,7 +93,7 @@ def slot_of(e: Event) -> str | None:
 
 def known_ts(e: Event) -> float | None:
     """``e``'s time, or None when its line carried none (pasted fragments, old Dask layouts)."""
-    return None if e.get("ts_unknown") else e.ts
+    return None if e.fields.get("ts_unknown") else e.ts
 
 
 @record(eq=False)

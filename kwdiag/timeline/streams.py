@@ -163,6 +163,11 @@ class StreamAttributor:
         named = address is not None or pid is not None or inc is not None or e.worker is not None
         p = self._find(address, pid, inc, e.worker) if named else None
         slot = slot_of(e)
+        if p is None and e.kind == "worker-closing" and address is not None and not self.multi:
+            p = self._nanny_closed_unnamed(e)  # the worker of the nanny whose close came first
+        if p is None and e.kind == "nanny-closing" and not self.multi and self.current is not None \
+                and _another_nannys_close(self.current, e):
+            p = self._new(e)
         if p is None and (address is not None or inc is not None or e.worker is not None):
             p = self._new(e, address=address, pid=pid, inc=inc, name=e.worker)  # named by the line itself
         if p is None and not self.multi:
@@ -190,6 +195,15 @@ class StreamAttributor:
             follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS and not named else None
             p = follow or self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
         self._give(p, e, address, pid, inc)
+
+    def _nanny_closed_unnamed(self, e: Event) -> Incarnation | None:
+        """The earliest process of this file known only by its nanny's close ("Nanny asking worker to
+        close") that has no worker line yet: Dask prints the nanny's two lines before its worker's stop."""
+        for p in self.procs[-32:]:
+            if (p.address is None and p.name is None and p.pid is None and set(p.slots) == {"nanny-closing"}
+                    and any(x.get("nanny") is None for x in p.slots["nanny-closing"])):
+                return p
+        return None
 
     def _unnamed_target(self, e: Event, slot: str | None, pid: int | None) -> Incarnation | None:
         """Where a line that names no process goes in a file several processes share, if anywhere."""
@@ -307,6 +321,10 @@ _STATUS_FIELDS = ("signal", "exitcode", "signal_name", "reason")
 def _repeats_an_end(p: Incarnation, e: Event, pid: int | None) -> bool:
     """Only exit lines that state a status (a signal, an exit code): lines that state nothing ("Restarting
     worker") may be two workers' in a shared file."""
+    if slot_of(e) == "memory" and e.get("pid") is not None:
+        ts = known_ts(e)
+        return any(x.kind == e.kind and x.get("pid") == e.get("pid") and (ts is None or known_ts(x) is None
+                   or abs(ts - known_ts(x)) <= DUPLICATE_SECONDS) for x in p.slots.get("memory", ()))
     if slot_of(e) != "exit" or all(e.get(f) is None for f in _STATUS_FIELDS):
         return False
     ts = known_ts(e)
@@ -340,3 +358,17 @@ def _started(p: Incarnation) -> bool:
 
 def _pos(e: Event) -> tuple[int, float | None]:
     return (e.origin.line if e.origin else 0, known_ts(e))
+
+
+def _another_nannys_close(p: Incarnation, e: Event) -> bool:
+    """``e`` (a nanny's close) cannot be ``p``'s nanny's: each nanny prints "Closing Nanny at N" once and then
+    "Nanny asking worker to close" once, and its worker's "Stopping worker ... Reason: nanny-close" after both."""
+    mine = p.slots.get("nanny-closing", [])
+    if e.get("nanny") is not None:  # "Closing Nanny at N"
+        if any(x.get("nanny") not in (None, e.get("nanny")) for x in mine):
+            return True
+        if any(x.get("nanny") is None for x in mine):
+            return True  # its nanny already asked the worker to close: this close is another nanny's
+    elif any(x.get("nanny") is None for x in mine):
+        return True  # a second "asking"
+    return any(str(x.get("reason") or "").startswith("nanny-close") for x in p.slots.get("closing", []))
