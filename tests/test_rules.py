@@ -281,3 +281,27 @@ def test_the_first_lines_looked_up_keyword_by_keyword_get_the_rules_the_trie_giv
     for _ in range(RuleSet.TRIE_AFTER + 1):
         fresh.candidates("2026-11-21 09:53:19,534 - distributed.nanny - INFO - Closing Nanny at tcp://x")
     assert fresh._keyword_re is not None   # then the trie takes over
+
+
+def test_the_prefilters_anchors_start_with_rare_bytes_and_pass_few_lines_without_a_keyword():
+    """What a prefilter scan costs is how often its anchors' first bytes occur in a log (the regex engine tries
+    the trie at each such position), and then the lines it passes that hold no keyword. On every sample and
+    corpus log: the first bytes of the built-in anchors cover at most 6 % of the bytes (13.7 % when each keyword
+    took its own rarest byte), and at most 10 % more lines pass than hold a keyword the prefilter looks for."""
+    from collections import Counter
+
+    from kwdiag.engine import prefilter_keywords
+
+    root = Path(__file__).resolve().parent.parent
+    data = b"\n".join(p.read_bytes() for p in sorted((root / "sample_logs").rglob("*.log")))
+    counts = [0] * 256
+    for byte, n in Counter(data).items():
+        counts[byte] = n
+    ruleset = RuleSet(RULES)
+    firsts = {a[0] for a in ruleset.anchors}
+    assert sum(counts[b] for b in firsts) / len(data) <= 0.06, bytes(sorted(firsts))
+    keywords = [k.encode() for k in prefilter_keywords(RULES)]
+    lines = data.split(b"\n")
+    passed = sum(1 for line in lines if ruleset.prefilter.search(line))
+    holding = sum(1 for line in lines if any(k in line for k in keywords))
+    assert holding > 10_000 and passed <= 1.10 * holding, (passed, holding)

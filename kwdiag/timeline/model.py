@@ -217,7 +217,7 @@ class Timeline:
 
     def incarnations(self) -> list[Incarnation]:
         out = [i for incs in self.workers.values() for i in incs]
-        out.sort(key=lambda i: (i.ended_at if i.ended_at is not None else float("inf"), i.order, i.worker, i.number))
+        out.sort(key=lambda i: (float("inf") if (end := i.ended_at) is None else end, i.order, i.worker, i.number))
         return out
 
     def spans(self) -> list[IncarnationSpan]:
