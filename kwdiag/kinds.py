@@ -74,7 +74,7 @@ KINDS: dict[str, str] = {
     "reconnected": "the connection to the scheduler came back (worker or client)",
     "tasks-executing": "the tasks running in the worker's threads now (kwdiag.dask's worker plugin)",
     "exception": "a Python exception in a worker's text log (traceback or error line)",
-    "fatal-signal": "a faulthandler dump or a shell's report of a crash (segfault, abort, kill)",
+    "fatal-signal": "a faulthandler dump or a shell's, the C library's or the kernel's report of a crash (segfault, abort, kill)",
     "peer-protocol-mismatch": "a peer sent a message this Dask version cannot take (Dask's text)",
     # ---- the client (runtime)
     "client-start": "a client connected to the scheduler",

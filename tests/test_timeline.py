@@ -222,3 +222,106 @@ def test_a_line_pasted_in_an_inline_code_span_reads_as_the_line(tmp_path):
     plain = _paste_deaths(tmp_path, [line])
     assert plain and _paste_deaths(tmp_path, [line + "`"]) == plain
     assert _paste_deaths(tmp_path, ["`" + line + "`"]) == plain
+
+
+# ---------------------------------------------------------------- pastes, pastes3, pastes4: their misses
+def _paste_lines(case: str, *numbers: int, cut: int = 0) -> list[str]:
+    """Lines of a real paste (sample_logs/pastes*/CASE/paste.txt), by line number."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parent.parent / "sample_logs" / case / "paste.txt").read_text().splitlines()
+    return [lines[n - 1][cut:] for n in numbers]
+
+
+def test_the_old_retire_line_names_the_workers_it_retires(tmp_path):
+    """'Retire workers {<Worker ADDRESS, name: N, ...>}' (distributed 2.3.0 to 2022.01): the scheduler retired
+    those workers, so their removal that follows is a retirement, in any line layout."""
+    for case, numbers in (("pastes/distributed-4752", (2, 3, 4)), ("pastes3/distributed-4394", (4, 5, 6, 7))):
+        deaths = _paste_deaths(tmp_path, _paste_lines(case, *numbers))
+        assert [d[1:] for d in deaths] == [("chose_to_exit", "retired")], case
+
+
+def test_a_broken_scheduler_connection_names_the_worker_it_closes(tmp_path):
+    """'Connection to scheduler broken. Closing without reporting. ID: ... Address A Status: ...' (2022.6.0 to
+    2022.10.2) names its worker: in a stream several workers share, each goes to its own, one of them seen
+    by no other line."""
+    deaths = _paste_deaths(tmp_path, _paste_lines("pastes/distributed-6925", *range(1, 10)))
+    assert len(deaths) == 4 and {d[1] for d in deaths} == {"chose_to_exit"}
+    assert "tcp://127.0.0.1:58633" in {d[0] for d in deaths}
+
+
+def test_a_traceback_inside_a_json_string_is_read(tmp_path):
+    """Docker output pasted as a platform's JSON message keeps its quotes escaped (File \\"...\\"): the frames
+    of the dask-spec command (SpecCluster's and Coiled's worker command) are still read."""
+    lines = _paste_lines("pastes/feedback-189", *range(2, 23))
+    assert any('File \\"' in x for x in lines)
+    assert [d[1] for d in _paste_deaths(tmp_path, lines)] == ["unrecoverable_exception"]
+
+
+def test_old_nanny_words_for_a_dead_worker(tmp_path):
+    """'Discovered failed worker' (1.10 to 1.17), then 'Restarting worker...' (1.15 to 1.17): one death whose
+    cause the lines do not give."""
+    line = _paste_lines("pastes3/distributed-1066", 2)[0]
+    assert _paste_deaths(tmp_path, [line]) == [("unnamed worker", "unknown", "restarted")]
+    restart = line.replace("Discovered failed worker", "Restarting worker...")  # 1.16.2 nanny.py, same layout
+    assert [d[1:] for d in _paste_deaths(tmp_path, [line, restart, line, restart])] == [("unknown", "restarted")] * 2
+
+
+def test_each_nanny_reports_its_failed_start_once(tmp_path):
+    """Two 'Failed while trying to start worker process: X' lines (distributed 2.x to 2022.5) in one stream are
+    two nannies' workers (dask-worker --nprocs 2), not one failure told twice; 'Failed to connect to process'
+    (2022.4.2 to 2022.7.1) is the same failure with its traceback."""
+    deaths = _paste_deaths(tmp_path, _paste_lines("pastes3/distributed-3876", *range(1, 15)))
+    assert [d[1] for d in deaths] == ["unrecoverable_exception"] * 2
+    deaths = _paste_deaths(tmp_path, _paste_lines("pastes4/dask-cuda-986", *range(1, 22)))
+    assert [d[1] for d in deaths] == ["unrecoverable_exception"]
+
+
+def test_each_worker_stops_once(tmp_path):
+    """Worker.close prints 'Stopping worker' (no address: it had none yet) once; three in one stream are three
+    workers, and the nanny's kills that follow go to them."""
+    deaths = _paste_deaths(tmp_path, _paste_lines("pastes3/distributed-5662", *range(9, 20)))
+    assert len(deaths) == 4 and sum(d[1] == "chose_to_exit" for d in deaths) == 3
+
+
+def test_the_old_memory_kill_repeats_until_the_process_is_gone(tmp_path):
+    """Before 2022.6 the nanny printed 'Worker exceeded 95% memory budget. Restarting' (no pid) on each tick of
+    its 100 ms monitor while the terminated process lived: two such lines and one restart are one death; two
+    and two restarts are two (two workers killed at once); a kill after a restart is the next process's."""
+    lines = _paste_lines("pastes3/pathml-299", *range(1, 22))
+    deaths = _paste_deaths(tmp_path, lines)
+    assert sorted(d[1] for d in deaths) == ["nanny_memory_restart"] * 8 + ["unknown"] * 2
+    kill, restart = lines[2], lines[4]
+    assert [d[1] for d in _paste_deaths(tmp_path, [kill, kill, restart, restart])] == ["nanny_memory_restart"] * 2
+    assert [d[1] for d in _paste_deaths(tmp_path, [kill, kill, kill, restart])] == ["nanny_memory_restart"]
+
+
+def test_the_windows_memory_escalation_is_a_memory_kill_once_per_pid(tmp_path):
+    """'is slow to terminate; trying again' (Windows, 2022.6.0 on): the nanny's memory kill escalating, printed on
+    every tick while that pid lives (each failed kill raises again): one death."""
+    line = _paste_lines("pastes4/distributed-7858", 1)[0]
+    assert _paste_deaths(tmp_path, [line] * 3) == [("tcp://127.0.0.1:60050", "nanny_memory_restart", "memory_limit")]
+
+
+def test_native_crash_reports_without_a_dask_line(tmp_path):
+    """glibc's abort banner names a worker by its process title (dask-worker [ADDRESS]); the kernel's segfault and
+    general-protection lines name a process by pid: one death each."""
+    deaths = _paste_deaths(tmp_path, _paste_lines("pastes4/xgboost-6469", *range(2, 8)))
+    assert deaths == [("tcp://172.16.4.18:34761", "sudden_exit", "signal_6")]
+    deaths = _paste_deaths(tmp_path, _paste_lines("pastes/distributed-2243", *range(1, 13)))
+    assert sorted(d[0] for d in deaths) == ["process 24623", "process 24625", "process 24634", "process 26421"]
+    assert {d[1:] for d in deaths} == {("sudden_exit", "segfault")}
+
+
+def test_killedworkers_of_two_clusters_count_their_deaths_apart(tmp_path):
+    """Two KilledWorkers whose last workers are on different clusters (tcp on the loopback address, tls on
+    another host: two tests in one CI summary) do not share the deaths they counted."""
+    from kwdiag.pipeline import analyze
+
+    lines = _paste_lines("pastes3/benchmarks-1308", 1, 2)
+    (tmp_path / "paste.txt").write_text("\n".join(lines) + "\n")
+    assert len(analyze([str(tmp_path / "paste.txt")], rules=RULES).deaths) == 8
+    # the second on the first one's cluster: the deaths it counted may be the first one's
+    same = lines[1].replace("tls://10.0.32.47:45841", "tcp://127.0.0.1:33210")
+    (tmp_path / "paste.txt").write_text("\n".join([lines[0], same]) + "\n")
+    assert len(analyze([str(tmp_path / "paste.txt")], rules=RULES).deaths) == 4

@@ -9,13 +9,15 @@ other tasks running: raising allowed-failures may be right; too few deaths in th
 Deaths the scheduler counted but no line shows (a LocalCluster at WARNING level, a paste of the KilledWorker
 line alone) are deaths too: ``blame`` returns them, of unknown cause (``fact-counted-death``), as many as the
 count exceeds the deaths seen before it; a death so made counts for a later task as well, so two tasks that
-lost the same workers do not double them.
+lost the same workers do not double them — unless the two KilledWorkers name their last worker on different
+clusters (another protocol, or one on the loopback address and one not: two tests' clusters in one CI log).
 
 Does not cover: classifying the deaths themselves (``kwdiag.analysis.classify``).
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from kwdiag.analysis.classify import evidence_of, rules_for, runtimes_of
@@ -49,6 +51,7 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
                     blamed_at[_norm_key(str(k))].append((inc.worker, inc.number))
     out: list[KilledWorkerBlame] = []
     unseen: list[Death] = []
+    cluster_of: dict[int, tuple[str, bool] | None] = {}  # id of an unseen death -> its KilledWorker's cluster
     for task, evs in sorted(by_task.items(), key=lambda kv: min(e.ts for e in kv[1])):
         evs.sort(key=lambda e: e.ts)
         first = next((e for e in evs if e.source == "scheduler"), evs[0])
@@ -61,13 +64,16 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
             keys = set(blamed_at[task])
             counted = [d for d in deaths if (d.worker, d.incarnation) in keys]
         else:
+            here = _cluster(evs)
+            mine = [u for u in unseen if _same_cluster(cluster_of.get(id(u)), here)]
             # a death of unknown time (a paste without timestamps) is counted as before: it cannot be placed after
-            before = sorted((d for d in [*deaths, *unseen] if d.failure and (d.at is None or d.at <= first.ts + 1.0)),
+            before = sorted((d for d in [*deaths, *mine] if d.failure and (d.at is None or d.at <= first.ts + 1.0)),
                             key=lambda d: (d.at is not None, d.at or 0.0))
             if n and len(before) < n:
                 more = _unseen_deaths(first, n - len(before), len(unseen), rules, file_runtime or {})
                 unseen += more
                 before += more
+                cluster_of.update((id(d), here) for d in more)
             counted = before[-n:] if n else before[-1:]
             reasons.append("the logs do not name the task running at each death; the deaths counted are the "
                            f"last {len(counted)} unexpected death(s) before the scheduler gave up")
@@ -91,6 +97,25 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
 
 
 UNSEEN = "unseen worker"  # the worker of a death only a KilledWorker count shows
+# Dask's KilledWorker (2023 on): "... The last worker that attempt to run the task was tcp://10.0.0.5:40123."
+_LAST_WORKER = re.compile(r"last worker that attempt(?:ed)? to run the task was ([a-z]+)://([^\s:/]+|\[[^\]]*\])")
+
+
+def _cluster(evs: list[Event]) -> tuple[str, bool] | None:
+    """What the KilledWorker tells of its cluster: the protocol of its last worker's address and whether that
+    address is the loopback one (a LocalCluster's); None when it names no worker."""
+    for e in evs:
+        m = _LAST_WORKER.search(e.message or "")
+        if m:
+            host = m.group(2)
+            return m.group(1), host.startswith("127.") or host in ("localhost", "[::1]")
+    return None
+
+
+def _same_cluster(a: tuple[str, bool] | None, b: tuple[str, bool] | None) -> bool:
+    """Two KilledWorkers may be of one cluster (so may have counted the same deaths) unless both name their
+    last worker and those differ in protocol or in being on the loopback address."""
+    return a is None or b is None or a == b
 
 
 def _unseen_deaths(killed: Event, k: int, already: int, rules: RuleSet,

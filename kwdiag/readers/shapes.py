@@ -4,7 +4,8 @@ Covers: markdown quote markers (``> ``) and code-block indentation, a terminal's
 prefixes ``kubectl logs --prefix`` (``[pod/name/container] ``) and ``docker compose logs``
 (``worker-1  | ``) add, syslog/journal prefixes (``Nov 21 10:56:57 host kernel: ``, ``host dask-worker[123]:
 ``, and ``journalctl -o short-iso``'s ``2026-11-21T10:56:57+0000 host dask[123]: ``) and timestamps in front of
-a Dask line from ``kubectl logs --timestamps`` or a log shipper, which are then the line's time.
+a Dask line from ``kubectl logs --timestamps`` or a log shipper, which are then the line's time, and the
+``\\"`` of a line that was a JSON string's content (docker output inside a platform's JSON message).
 ``unwrap(line) -> (line, ts)``; ``unwrap_from(line) -> (line, ts, who)`` also says which process the wrapper
 names (the compose service, the kubectl pod and container, the journal's identifier and pid): in a stream
 that merges several processes that is the only sure sign of who said a line. Markdown fences and blank lines
@@ -57,6 +58,7 @@ def unwrap(line: str, year: int | None = None) -> tuple[str, float | None]:
 
 def unwrap_from(line: str, year: int | None = None) -> tuple[str, float | None, str | None]:
     """``unwrap``, and the process the outermost collector's prefix names (None when there is none)."""
+    line = _unescaped(line)
     if _PLAIN_DASK.match(line):
         return line.strip().rstrip("`").rstrip(), None, None
     return _unwrapped(line, year)
@@ -64,6 +66,7 @@ def unwrap_from(line: str, year: int | None = None) -> tuple[str, float | None, 
 
 def _unwrapped(line: str, year: int | None = None) -> tuple[str, float | None, str | None]:
     """``unwrap_from`` trying every wrapper (the answer for any line, Dask's plain layout too)."""
+    line = _unescaped(line)
     ts = None
     who = None
     for _ in range(4):  # wrappers nest (a quoted kubectl line); a bounded number of passes
@@ -90,6 +93,16 @@ def _unwrapped(line: str, year: int | None = None) -> tuple[str, float | None, s
         if line == before:
             break
     return line.strip().strip("`").strip(), ts, who
+
+
+def _unescaped(line: str) -> str:
+    """A line that was a JSON string's content, pasted as stored (a platform's ``{"error": "..."}`` message
+    holding a container's output): its quotes are ``\\"``, which hide a traceback frame's ``File "..."`` from
+    the rules. Unescaped only when every quote of the line is escaped (one ``\\"`` in a line that has plain
+    quotes too is the line's own text)."""
+    if '\\"' not in line or '"' in line.replace('\\"', ""):
+        return line
+    return line.replace('\\"', '"')
 
 
 def _iso_time(stamp: str, zone: str) -> float | None:

@@ -1,8 +1,8 @@
 """Deaths that only the environment reports: a pasted ``dmesg``, ``kubectl describe pod`` or SLURM job log. Pure.
 
 Covers: when the cluster's own lines show no death at all, each incident the environment reports
-becomes a death of its own: a kernel OOM kill of a Python or Dask process (one per pid, its summary
-and its kill line together), a Kubernetes container status (the lines of one ``describe`` block
+becomes a death of its own: a kernel OOM kill or segfault of a Python or Dask process (one per pid, an
+OOM kill's summary and its kill line together), a Kubernetes container status (the lines of one ``describe`` block
 together), a SLURM or YARN kill. A kernel kill of any other program (a browser, a database) is not a
 worker's death.
 
@@ -27,7 +27,7 @@ def environment_deaths(environment: list[Event]) -> list[Incarnation]:
     last_block: dict[str, tuple[int, Incarnation]] = {}
     for e in sorted(environment, key=lambda e: (e.origin.file if e.origin else "", e.origin.line if e.origin else 0)):
         pid = e.get("pid")
-        if e.kind == "kernel-oom-kill":
+        if e.source == "kernel":  # an OOM kill, a segfault: the kernel names the process by pid
             comm = e.get("comm")
             if isinstance(comm, str) and not _WORKER_COMM.search(comm):
                 continue

@@ -13,7 +13,11 @@ traceback printed just before the exit line that names the dead process).
 A new ``Start worker at`` starts a new process; a second line for an end slot already filled (a second
 "killed by signal 9") is a second process, so a worker restarted on a fixed port is counted once per
 death, not once per address — unless it repeats the first within a second (same status, no other pid):
-a duplicated line, one death.
+a duplicated line, one death. Dask before 2022.6 printed its memory kill ("Worker exceeded 95% memory budget.
+Restarting", no pid) on every tick of the nanny's 100 ms monitor until the process was gone: such lines before
+the nanny's restart are one death, unless more restarts follow than deaths were seen (two workers killed at
+once). A nanny's "Failed while trying to start worker process" and a worker's address-less "Stopping worker"
+are printed once per process: a second one in a shared stream is another process's.
 
 Does not cover: lines about other processes (the scheduler's, the environment's: ``kwdiag.timeline.merge``
 joins those and the files' processes into one set of incarnations).
@@ -76,6 +80,9 @@ class StreamAttributor:
         self.by_pid: dict[int, Incarnation] = {}
         self.by_address: dict[str, Incarnation] = {}
         self.by_name: dict[str, Incarnation] = {}
+        # memory kills in the old wording (no pid) printed again while their process was still dying:
+        # (process, line), kept aside until a restart shows a second death they may be (else context)
+        self.repeats: list[tuple[Incarnation, Event]] = []
 
     # ------------------------------------------------------------------ processes
     def _new(self, e: Event, address: str | None = None, pid: int | None = None, inc: int | None = None,
@@ -163,11 +170,8 @@ class StreamAttributor:
         named = address is not None or pid is not None or inc is not None or e.worker is not None
         p = self._find(address, pid, inc, e.worker) if named else None
         slot = slot_of(e)
-        if p is None and e.kind == "worker-closing" and address is not None and not self.multi:
-            p = self._nanny_closed_unnamed(e)  # the worker of the nanny whose close came first
-        if p is None and e.kind == "nanny-closing" and not self.multi and self.current is not None \
-                and _another_nannys_close(self.current, e):
-            p = self._new(e)
+        if p is None and not self.multi:
+            p = self._not_the_current(e, address, named)
         if p is None and (address is not None or inc is not None or e.worker is not None):
             p = self._new(e, address=address, pid=pid, inc=inc, name=e.worker)  # named by the line itself
         if p is None and not self.multi:
@@ -184,6 +188,9 @@ class StreamAttributor:
                 else:
                     self.context.append(e)
                 return
+        elif slot == "memory" and slot in p.slots and not named and _repeats_old_memory_kill(p, e):
+            self.repeats.append((p, e))  # the monitor's next tick while the process was still dying
+            return
         elif slot is not None and slot in p.slots and _repeats_an_end(p, e, pid):
             # The same end told twice (a duplicated or tee'd line, one copy with an unreadable pid): one death.
             if pid is not None and p.pid is None:
@@ -193,8 +200,28 @@ class StreamAttributor:
             return
         elif not _fits(p, e):
             follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS and not named else None
+            if follow is None and not named:
+                follow = self._second_death_of_repeats(e, slot)
             p = follow or self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
         self._give(p, e, address, pid, inc)
+
+    def _not_the_current(self, e: Event, address: str | None, named: bool) -> Incarnation | None:
+        """In a file of one nanny's or one worker's lines, the process a line that the current process cannot
+        have printed belongs to: a worker's stop goes to the nanny-only process whose close came first; another
+        nanny's close (``_another_nannys_close``) and a second line of those Dask prints once per process (a
+        nanny's failed start, an address-less stop) open another process. None: no such reason."""
+        if e.kind == "worker-closing" and address is not None:
+            p = self._nanny_closed_unnamed(e)
+            if p is not None:
+                return p
+        if self.current is None:
+            return None
+        if e.kind == "nanny-closing" and _another_nannys_close(self.current, e):
+            return self._new(e)
+        once = None if named else _printed_once_per_process(e)
+        if once is not None and once in _once_lines(self.current):
+            return self._new(e)
+        return None
 
     def _nanny_closed_unnamed(self, e: Event) -> Incarnation | None:
         """The earliest process of this file known only by its nanny's close ("Nanny asking worker to
@@ -210,6 +237,14 @@ class StreamAttributor:
         if slot is None:
             return None
         follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS else None
+        if follow is not None:
+            return follow
+        if slot == "memory" and pid is None:
+            dying = next((p for p in reversed(self.procs[-32:]) if "memory" in p.slots), None)
+            if dying is not None and _repeats_old_memory_kill(dying, e):
+                self.repeats.append((dying, e))
+                return None
+        follow = self._second_death_of_repeats(e, slot)
         if follow is not None:
             return follow
         if slot == "fatal" and self._repeats_a_fatal(e):
@@ -232,6 +267,24 @@ class StreamAttributor:
             lts = known_ts(last)
             if 0 <= line - lline <= FOLLOW_LINES and (ts is None or lts is None or ts - lts <= FOLLOW_SECONDS):
                 return p
+        return None
+
+    def _second_death_of_repeats(self, e: Event, slot: str | None) -> Incarnation | None:
+        """A restart (or exit) line that no dying process can take, after a memory kill line taken for a
+        repeat of an earlier one: that line was a second worker's kill (two killed at once), and this is
+        its restart. A new process of the two lines."""
+        if slot not in ("restart", "exit", "unregister"):
+            return None
+        line, ts = _pos(e)
+        for i in range(len(self.repeats) - 1, -1, -1):
+            q, m = self.repeats[i]
+            mline, mts = _pos(m)
+            if slot in q.slots and 0 <= line - mline <= FOLLOW_LINES \
+                    and (ts is None or mts is None or 0 <= ts - mts <= FOLLOW_SECONDS):
+                del self.repeats[i]
+                n = self._new(m)
+                n.add(m)
+                return n
         return None
 
     def _repeats_a_fatal(self, e: Event) -> bool:
@@ -273,6 +326,8 @@ class StreamAttributor:
     def finish(self) -> None:
         """Give each orphan to the death it explains: the first process whose end follows it closely."""
         self._give_awaiting_exit()
+        self.context.extend(e for _, e in self.repeats)
+        self.repeats = []
         if not self.orphans:
             return
         anchors = sorted(((_pos(e), p) for p in self.procs for e in p.end_events), key=lambda t: t[0])
@@ -325,6 +380,12 @@ def _repeats_an_end(p: Incarnation, e: Event, pid: int | None) -> bool:
         ts = known_ts(e)
         return any(x.kind == e.kind and x.get("pid") == e.get("pid") and (ts is None or known_ts(x) is None
                    or abs(ts - known_ts(x)) <= DUPLICATE_SECONDS) for x in p.slots.get("memory", ()))
+    if slot_of(e) == "memory-kill" and e.get("pid") is not None:
+        # "is slow to accept SIGTERM; sending SIGKILL" / "is slow to terminate; trying again" (Windows, where
+        # the kill can fail): the nanny says it on every tick of its monitor while that pid lives
+        ts = known_ts(e)
+        return any(x.get("pid") == e.get("pid") and (ts is None or known_ts(x) is None
+                   or abs(ts - known_ts(x)) <= KILL_REPEAT_SECONDS) for x in p.slots.get("memory-kill", ()))
     if slot_of(e) != "exit" or all(e.get(f) is None for f in _STATUS_FIELDS):
         return False
     ts = known_ts(e)
@@ -341,6 +402,47 @@ def _repeats_an_end(p: Incarnation, e: Event, pid: int | None) -> bool:
     return False
 
 
+# The nanny's memory monitor (distributed before 2022.6) ticks every 100 ms and printed its kill again on each
+# tick until the process was gone; a process that takes longer than this to die is not one death.
+MEMORY_REPEAT_SECONDS = 5.0
+# Its escalation (2022.6 on) names the pid and is printed on each tick while that pid lives.
+KILL_REPEAT_SECONDS = 60.0
+
+
+def _repeats_old_memory_kill(p: Incarnation, e: Event) -> bool:
+    """``e`` is "Worker exceeded N% memory budget. Restarting" (no pid: distributed before 2022.6) printed again
+    for ``p``, whose own such line came first and whose nanny has not yet seen it exit (no exit, restart or
+    unregister line since): the monitor's next tick while ``p`` was still dying."""
+    if e.get("pid") is not None or slot_of(e) != "memory":
+        return False
+    if p.slots.keys() & {"exit", "restart", "unregister"}:
+        return False
+    mine = [x for x in p.slots.get("memory", ()) if x.get("pid") is None and x.kind == e.kind]
+    if not mine:
+        return False
+    line, ts = _pos(e)
+    xline, xts = _pos(mine[-1])
+    return 0 <= line - xline <= FOLLOW_LINES and (ts is None or xts is None or 0 <= ts - xts <= MEMORY_REPEAT_SECONDS)
+
+
+# Lines Dask prints once per process, naming none: a nanny's report of its worker's failed start (2.x to
+# 2022.5), a worker's stop before it knew its address (Worker.close returns at once when called again).
+_ONCE_PER_PROCESS = (("worker-startup-failed", "Failed while trying to start worker process"),
+                     ("worker-closing", "Stopping worker"))
+
+
+def _printed_once_per_process(e: Event) -> str | None:
+    text = e.message or ""
+    for kind, words in _ONCE_PER_PROCESS:
+        if e.kind == kind and (text.endswith(words) if words == "Stopping worker" else words in text):
+            return words
+    return None
+
+
+def _once_lines(p: Incarnation) -> set[str]:
+    return {w for x in p.events if (w := _printed_once_per_process(x)) is not None}
+
+
 def _fits(p: Incarnation, e: Event) -> bool:
     """``e`` can be more evidence of ``p``: its slot is free, it is not a line a live process writes
     arriving after ``p``'s nanny already reported ``p`` dead (a kwdiag exit record's own stderr tail aside),
@@ -349,6 +451,8 @@ def _fits(p: Incarnation, e: Event) -> bool:
         return False
     if slot_of(e) == "startup" and "restart" in p.slots:
         return False  # its nanny is restarting it: a start that fails now is the next process's
+    if slot_of(e) in ("memory", "memory-kill") and "restart" in p.slots:
+        return False  # the nanny restarts it after its exit: a memory kill told after that is the next process's
     return not (slot_of(e) in BEFORE_EXIT and "exit" in p.slots and e.get("via") != "stderr_tail")
 
 
