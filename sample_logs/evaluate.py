@@ -349,7 +349,32 @@ def accuracy_page(cases: list[Case], rules) -> str:
                           ("held out (collected without running kwdiag; what was changed after their first runs is named above)", [c for c in pastes if c.holdout])):
         t, g = scores(subset, rules)
         out += [f"## Pastes {title}\n", markdown(subset, t, g, matrices=False), ""]
+    out += _by_era([c for c in pastes if c.holdout], rules)
     return "\n".join(out)
+
+
+def _by_era(held_out: list[Case], rules) -> list[str]:
+    """The held-out pastes by the year of their thread: the Dask of their era (most pastes do not say their
+    version; the years before 2020 are Dask 1.x and 2.x, those after the calendar versions)."""
+    by_year: dict[str, list[Case]] = {}
+    for c in held_out:
+        year = c.meta.get("year")
+        era = "unknown" if not isinstance(year, int) else "2017-2019" if year < 2020 else \
+            "2020-2021" if year < 2022 else "2022-2023" if year < 2024 else "2024-2026"
+        by_year.setdefault(era, []).append(c)
+    rows = []
+    for era, subset in sorted(by_year.items()):
+        t, g = scores(subset, rules)
+        rows.append(_row(f"{era}", len(subset), _sum(t), _sum(g)))
+    return [ERA_INTRO, TABLE_HEAD, *rows, ""]
+
+
+ERA_INTRO = """## Held-out pastes by the year of their thread
+
+The held-out cases of every collection above, by the year of the thread they come from: a stand-in for the
+Dask version, which most pastes do not state (before 2020 distributed 1.x and 2.x, from 2020-12 the calendar
+versions). The corpus's figures per version are in the first table.
+"""
 
 
 COLLECTOR_INTRO = """## Per collector
