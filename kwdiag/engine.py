@@ -224,6 +224,10 @@ def parse_rule(data: Mapping[str, Any], path: str, *, compile_now: bool = True, 
                         alternatives=tuple(str(a) for a in _as_tuple(verdict.get("alternatives"))))
         except KeyError as exc:
             raise RuleError(f"{path}: [verdict] needs {exc}") from None
+    keywords = tuple(str(k) for k in _as_tuple(match.get("keywords")))
+    if any(not k.strip() for k in keywords):
+        # an empty keyword is in every line: the prefilter would pass everything (and its trie cannot hold one)
+        raise RuleError(f"{path}: an empty [match] keyword (a keyword is literal text every matching line contains)")
     examples = data.get("examples") or {}
     area = Path(path).parent.name
     return Rule(
@@ -234,7 +238,7 @@ def parse_rule(data: Mapping[str, Any], path: str, *, compile_now: bool = True, 
         why=str(data.get("why", "")).strip(),
         severity=str(data.get("severity", "error")),
         runtime=str(data.get("runtime", "any")),
-        keywords=tuple(str(k) for k in _as_tuple(match.get("keywords"))),
+        keywords=keywords,
         patterns=patterns,
         compiled=tuple(compiled) if compile_now else None,
         event_kind=tuple(match["kind"]) if isinstance(match.get("kind"), list) else match.get("kind"),
@@ -546,10 +550,13 @@ def deferred_keywords(rules: Iterable[Rule]) -> set[str]:
 
 
 def prefilter_keywords(rules: Iterable[Rule]) -> list[str]:
-    """What the prefilter looks for: every line rule's keywords but the deferred ones, and kwdiag's JSONL."""
+    """What the prefilter looks for: every line rule's keywords but the deferred ones, and kwdiag's JSONL. A
+    keyword with a quote is looked for with ``\\"`` too: the prefilter reads the raw bytes, and a line that was a
+    JSON string's content keeps its quotes escaped until the reader takes them off (``readers.shapes``)."""
     rules = list(rules)
     keywords = {k for r in rules if r.is_line_rule for k in r.keywords} - deferred_keywords(rules)
-    return sorted(keywords | {RuleSet.JSON_KEYWORD})
+    escaped = {k.replace('"', '\\"') for k in keywords if '"' in k}
+    return sorted(keywords | escaped | {RuleSet.JSON_KEYWORD})
 
 
 def prefilter_for(keywords: Iterable[str], cached: Mapping[str, Any] | None = None) -> tuple[list[bytes], bytes]:

@@ -399,3 +399,68 @@ def test_the_connection_lines_before_a_removal_are_read_however_the_file_is_scan
     for n in sorted({r - d for r in removals[:3] for d in range(NEAR_REMOVAL + 1)}):   # ranges cut near a removal
         monkeypatch.setattr(scanner, "_boundaries", lambda path, size, jobs, cut=starts[n - 1]: [0, cut, size])
         assert connection_lines() == want, n
+
+
+def test_the_lines_before_a_removal_are_read_past_a_long_line_and_numbered_right(tmp_path, monkeypatch):
+    """A line longer than the scanner keeps (MAX_LINE) between a connection line and the removal: the lines
+    before the removal are still found, whether the long line crosses a block end or not, and in a parallel scan
+    whose range starts at the removal; every line keeps its number (a long line that began inside a block and
+    crossed its end was once counted twice). Small blocks and MAX_LINE stand in for 4 MiB and 1 MiB; the long
+    line is a real line's text repeated."""
+    from kwdiag.kinds import CONNECTION
+    from kwdiag.readers import scan as scanner
+    from kwdiag.readers.text import read_events
+
+    case = SAMPLES / "corpus/cases/2026.8.0/047-retire-cli-nonanny-random-mid/scheduler.log"
+    real = case.read_text().splitlines()
+    long_line = real[0] * 40   # ~4 KB
+    lines = []
+    for line in real * 2:
+        if "Remove worker" in line and lines and "has been closed." in lines[-1]:
+            lines.append(long_line)
+        lines.append(line)
+    path = tmp_path / "scheduler.log"
+    path.write_text("\n".join(lines) + "\n")
+    removals = [n for n, line in enumerate(lines, 1) if "Remove worker" in line]
+    want_connections = [n for n, line in enumerate(lines, 1) if "has been closed." in line
+                        and any(0 < r - n <= 3 for r in removals)]
+    assert len(want_connections) == 4
+
+    def seen() -> tuple[list[int], list[int]]:
+        events, _, _ = read_events([str(path)], RULES)
+        return (sorted(e.origin.line for e in events if e.kind in CONNECTION),
+                sorted(e.origin.line for e in events if e.kind == "worker-removed"))
+
+    assert seen() == (want_connections, removals)
+    monkeypatch.setattr(scanner, "MAX_LINE", 1024)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    long_at = [n for n, line in enumerate(lines, 1) if line == long_line]
+    for n in long_at:   # blocks ending inside the long line, at its start, and just after it
+        for block in (starts[n - 1] + 700, starts[n - 1] - 300, starts[n - 1], starts[n] + 10):
+            monkeypatch.setattr(scanner, "BLOCK", block)
+            assert seen() == (want_connections, removals), (n, block)
+    monkeypatch.setattr(scanner, "BLOCK", 4 << 20)
+    monkeypatch.setenv("KWDIAG_NO_GREP", "1")
+    monkeypatch.setenv("KWDIAG_JOBS", "2")
+    monkeypatch.setattr(scanner, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(scanner, "SEED", 512)   # the seed must reach back past the long line
+    for n in long_at:
+        monkeypatch.setattr(scanner, "_boundaries", lambda path, size, jobs, cut=starts[n]: [0, cut, size])
+        assert seen() == (want_connections, removals), n
+
+
+def test_a_log_stored_inside_a_json_string_reads_as_the_log(tmp_path):
+    """A platform that stores a container's output as a JSON string's content ({"error": "..."}) pastes with
+    every quote escaped: a traceback frame reads 'File \\"/.../dask/cli.py\\", line 209, in run_cli'. The
+    prefilter reads raw bytes, so it must look for a keyword's escaped quotes too; the deaths are those of the
+    log itself (a real worker log whose start failed on a missing preload module)."""
+    log = SAMPLES / "corpus/cases/2026.8.0/026-nopreload-cli-nn-fixed-start/w1.log"
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "escaped").mkdir()
+    (tmp_path / "plain" / "w1.log").write_text(log.read_text())
+    (tmp_path / "escaped" / "w1.log").write_text(log.read_text().replace('"', '\\"'))
+    plain = [(d.cause, d.detail, d.rules) for d in analyze([str(tmp_path / "plain")], rules=RULES).deaths]
+    assert plain and plain[0][:2] == ("unrecoverable_exception", "missing_module")
+    assert [(d.cause, d.detail, d.rules) for d in analyze([str(tmp_path / "escaped")], rules=RULES).deaths] == plain

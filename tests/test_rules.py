@@ -305,3 +305,22 @@ def test_the_prefilters_anchors_start_with_rare_bytes_and_pass_few_lines_without
     passed = sum(1 for line in lines if ruleset.prefilter.search(line))
     holding = sum(1 for line in lines if any(k in line for k in keywords))
     assert holding > 10_000 and passed <= 1.10 * holding, (passed, holding)
+
+
+def test_an_empty_keyword_is_a_broken_rule_not_a_crash(tmp_path):
+    """An empty keyword is in every line: the prefilter would pass everything, and its trie cannot hold one (an
+    explain with such a user rule once hung, then raised IndexError). A load error with the file's name, and the
+    CLI's one line and usage exit code."""
+    import subprocess
+    import sys
+
+    d = _write_rule(tmp_path, "my-rule", GOOD.replace('keywords = ["BOOM"]', 'keywords = ["", "BOOM"]'))
+    rules, errors = load_rule_files([d])
+    assert rules == [] and len(errors) == 1 and "my-rule.toml" in errors[0] and "empty" in errors[0]
+    log = tmp_path / "a.log"
+    log.write_text("BOOM 12\n")
+    r = subprocess.run([sys.executable, "-m", "kwdiag", "explain", "--rules", str(d), str(log)],
+                       capture_output=True, text=True, timeout=60)
+    from kwdiag.errors import USAGE
+
+    assert r.returncode == USAGE and "Traceback" not in r.stderr and "empty" in r.stderr, r.stderr

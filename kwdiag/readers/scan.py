@@ -273,8 +273,8 @@ def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: Scan
                 _feed(body, lineno, starts(body, buf_start, MAX_LINE), on_line, lookback)
                 carry = b""
                 skipping = True
-                if lookback is not None:   # the lines after a cut one do not see it, nor what came before it
-                    lookback.previous = None
+                if lookback is not None:   # the lines after the long one see it (cut) and the body before it
+                    lookback.previous = (lookback.previous or b"") + body
             else:
                 carry = buf
             chunk = _read(stream, stats)
@@ -288,13 +288,14 @@ def _scan_blocks(first: bytes, stream, finder, on_line: LineHandler, stats: Scan
             carry = carry[:MAX_LINE]
             _count_long(body, lineno, stats)
             whole = body + carry + b"\n"
-            n = _feed(whole, lineno, starts(whole, buf_start, len(whole) - 1), on_line, lookback)
+            # the long line is counted where its newline is found (as when it starts a block): not here too
+            n = _feed(whole, lineno, starts(whole, buf_start, len(whole) - 1), on_line, lookback) - 1
             lineno += n
             stats.lines += n
             carry = b""
             skipping = True
             if lookback is not None:
-                lookback.previous = None
+                lookback.previous = whole
             chunk = _read(stream, stats)
             continue
         _count_long(body, lineno, stats)
@@ -468,10 +469,8 @@ def _scan_range(path: str, start: int, end: int, pattern: bytes, before: int):
     stats = ScanStats()
     lookback = Lookback(before) if before else None
     with open(path, "rb") as f:
-        if lookback is not None and start > 0:   # whole lines only: from the first newline on
-            f.seek(max(0, start - SEED))
-            seed = f.read(start - max(0, start - SEED))
-            lookback.previous = seed if start <= SEED else seed[seed.find(b"\n") + 1:]
+        if lookback is not None and start > 0:
+            lookback.previous = _lines_before(f, start, before)
         f.seek(start)
         rng = _Range(f, end)
         if lookback is None:
@@ -480,6 +479,20 @@ def _scan_range(path: str, start: int, end: int, pattern: bytes, before: int):
             on_hit = lambda *a: hits.append((*a, lookback.lines(before)))   # noqa: E731
         _scan_blocks(rng.read(BLOCK), rng, RegexFinder(prefilter), on_hit, stats, lookback)
     return hits, stats.lines, stats.bytes, stats.long_lines, stats.first_long_line
+
+
+def _lines_before(f, start: int, n: int) -> bytes:
+    """The whole lines of ``f`` just before offset ``start`` (a line's start): at least ``n`` of them, read back
+    from ``SEED`` bytes on and further while fewer are found, but never more than ``n + 1`` lines of ``MAX_LINE``."""
+    back = SEED
+    while True:
+        lo = max(0, start - back)
+        f.seek(lo)
+        seed = f.read(start - lo)
+        if lo == 0 or seed.count(b"\n") > n or back >= (n + 1) * MAX_LINE:
+            cut = seed.find(b"\n")
+            return seed if lo == 0 else seed[cut + 1:] if cut != -1 else b""
+        back *= 4
 
 
 def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats: ScanStats,
