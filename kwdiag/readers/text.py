@@ -108,6 +108,11 @@ def parse_prefix(text: str) -> tuple[float | None, str | None, str | None, str]:
 _SURROGATE_ESCAPE = re.compile(r"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
+def _logging_record(stripped: str) -> dict | None:
+    """The JSON logging record a line starting with ``{`` is, or None (``kwdiag.readers.jsonlog``)."""
+    return jsonlog.parse(_no_lone_surrogates(stripped) if "\\u" in stripped else stripped)
+
+
 def _no_lone_surrogates(line: str) -> str:
     """A JSON line with every escaped lone surrogate (``\\ud800``) replaced by ``\\ufffd``: decoded, such a
     string could be read but never written (every output would fail to encode it)."""
@@ -179,7 +184,7 @@ class _FileState:
             self.events.extend(events_from_tail(ev, self.rules, self.timeouts))
             return
         if stripped.startswith("{"):
-            record = jsonlog.parse(_no_lone_surrogates(stripped) if "\\u" in stripped else stripped)
+            record = _logging_record(stripped)
             if record is not None:  # a JSON logging record: read the line (and traceback) it carries
                 self.json_records += 1
                 first, *rest = jsonlog.text_lines(record)
@@ -261,7 +266,7 @@ class _FileState:
             text = raw.decode("utf-8", "replace").rstrip("\r")
             stripped = text.lstrip()
             if stripped.startswith("{"):   # a JSON logging record: its message line (a kwdiag event is never one)
-                record = jsonlog.parse(_no_lone_surrogates(stripped) if "\\u" in stripped else stripped)
+                record = _logging_record(stripped)
                 if record is None:
                     continue
                 text = jsonlog.text_lines(record)[0]
