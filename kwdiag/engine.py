@@ -465,8 +465,8 @@ def prefilter_anchors(keywords: Iterable[str]) -> list[bytes]:
     dropped again where rarer ones can cover its keywords); each keyword's anchor is then its longest tail that
     starts with one of them. When each keyword took its own rarest byte, the built-in rules' anchors began with
     27 different bytes, 13.7 % of the sample logs' bytes; so, 16 bytes and 4.5 % (of the .log files), and the scan
-    of a scheduler's log runs ~1.7x as fast. Every line holding a keyword holds its anchor, so nothing is lost; a line passed
-    through by an anchor is then checked for the whole keywords.
+    of a scheduler's log runs ~1.7x as fast. Every line holding a keyword holds its anchor, so nothing is lost; a
+    line passed through by an anchor is then checked for the whole keywords.
     """
     words = sorted({k.encode() for k in keywords})
     starts = {w: {w[0]} if len(w) <= ANCHOR else {w[i] for i in range(len(w) - ANCHOR + 1)} for w in words}
