@@ -618,8 +618,9 @@ class RuleSet:
     def candidates(self, text: str) -> tuple[Rule, ...]:
         """The line rules one of whose keywords occurs in ``text``, in rule-id order.
 
-        One search of a trie of every keyword per keyword occurrence (not one ``in`` per keyword: a hundred
-        of those cost more than the rules they pick). Keywords may overlap: after a match at ``p`` the next
+        One search of a trie of every keyword per keyword occurrence (one ``in`` per keyword costs twice as
+        much a line; only a run's first ``TRIE_AFTER`` lines use it, to spare compiling the trie). Keywords may
+        overlap: after a match at ``p`` the next
         search starts at ``p + 1``, and the keywords that are prefixes of the one matched at ``p`` are there too.
         """
         if self._keyword_re is not None:

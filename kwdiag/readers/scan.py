@@ -73,8 +73,9 @@ class Lookback:
     ``lines(n)`` (``n`` at most ``depth``, the most the handler asks for: a parallel scan's workers find that many
     for every hit) is valid only during an ``on_line`` call: up to ``n`` lines before that line, oldest first, as
     ``(lineno, line, previous timestamped line or None)`` like ``on_line``'s arguments. They come from the block
-    being read and the one before it (a block ends at a line's end), so a line's predecessors are found unless
-    they lie before an over-long line the scan cut or more than a block back, which no short line needs.
+    being read and the one before it (a block ends at a line's end; after an over-long line, the one before is
+    that line cut to ``MAX_LINE`` with the block before it), so a line's predecessors are found unless they lie
+    more than a block back, which no short line needs.
     """
 
     __slots__ = ("depth", "at", "previous", "given")
