@@ -148,6 +148,12 @@ def _convert(v: str) -> Any:
     return v
 
 
+def _memo_key_part(v: Any) -> bool:
+    """Whether a field value can be part of a memo key: hashable, and a string short enough that a condition on
+    it never runs under the guarded (timed) regex engine."""
+    return v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 512)
+
+
 def _regex() -> Any:
     """The ``regex`` module, imported when a user's rule needs it."""
     import regex
@@ -597,6 +603,10 @@ class RuleSet:
         for r in self.event_rules:
             for kind in r.event_kinds:
                 self.events_by_kind.setdefault(kind, []).append(r)
+        # The fields the event rules of each kind test: two events of a kind that agree on them match the same
+        # rules, so ``match_event`` answers each such combination once (a log of 100,000 deaths repeats a few).
+        self._tested = {k: tuple(sorted({n for r in rs for n in r.event_fields})) for k, rs in self.events_by_kind.items()}
+        self._matched: dict[tuple, list[Rule]] = {}
 
     def match_line(self, text: str, timeouts: "RuleTimeouts | None" = None,
                    candidates: tuple[Rule, ...] | None = None) -> list[tuple[Rule, dict[str, Any]]]:
@@ -653,7 +663,20 @@ class RuleSet:
         self._prefixes = {w: tuple(p for p in words if w.startswith(p)) for w in words}
 
     def match_event(self, kind: str, fields: Mapping[str, Any]) -> list[Rule]:
-        return [r for r in self.events_by_kind.get(kind, ()) if r.match_event(kind, fields)]
+        """The event rules that read an event of ``kind`` with ``fields`` (a new list each call)."""
+        rules = self.events_by_kind.get(kind)
+        if not rules:
+            return []
+        values = tuple(fields.get(n) for n in self._tested[kind])
+        if not all(_memo_key_part(v) for v in values):
+            return [r for r in rules if r.match_event(kind, fields)]
+        key = (kind, values, tuple(map(type, values)))   # True and 1 are equal keys, not equal values
+        found = self._matched.get(key)
+        if found is None:
+            if len(self._matched) > 100_000:
+                self._matched.clear()
+            found = self._matched[key] = [r for r in rules if r.match_event(kind, fields)]
+        return list(found)
 
 
 class RuleTimeouts:

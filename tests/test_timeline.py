@@ -158,6 +158,36 @@ def test_fix_templates_drop_what_was_not_observed():
         'scheduler_options={"allowed_failures": 5}'
 
 
+def test_fix_templates_filled_once_per_values_are_filled_as_each_time():
+    """``fill_template`` answers the same template and values from a memo: values that are equal but written
+    differently (1, 1.0, True), formats and index fields must still be filled as a fresh fill would."""
+    from kwdiag.analysis.remedies import _fill, fill_template
+
+    t = "n={n} r={n!r} f={n:>4} [[has {x}||no x]] i={l[0]}"
+    cases = [{"n": 1, "l": (1,)}, {"n": 1.0, "l": (1,)}, {"n": True, "l": (1,)}, {"n": 1, "x": 2, "l": (3,)},
+             {"n": "1", "l": "ab"}, {"n": 1, "l": [1]}]   # the last one unhashable
+    for obs in cases * 2:
+        assert fill_template(t, obs) == _fill(t, obs), obs
+    assert len({fill_template(t, obs) for obs in cases}) == 5
+
+
+def test_event_rules_matched_once_per_values_match_as_each_time():
+    """``RuleSet.match_event`` remembers its answer per kind and tested values: for every rule's own kind and
+    fields, equal-but-different values (0, False) and unhashable ones, the answer is the rules' own."""
+    values = [None, 0, False, 1, True, 9, 15, 137, -9, "SIGKILL", "x" * 600, ["a"], "memory", 0.5]
+    checked = 0
+    for r in RULES.event_rules:
+        for kind in r.event_kinds:
+            names = list(r.event_fields)
+            for v in values:
+                fields = {n: v for n in names}
+                want = [x.id for x in RULES.events_by_kind[kind] if x.match_event(kind, fields)]
+                for _ in range(2):
+                    assert [x.id for x in RULES.match_event(kind, fields)] == want, (kind, fields)
+                checked += 1
+    assert checked > 100
+
+
 # ---------------------------------------------------------------- shapes pastes take (pastes6's first run)
 def _paste_deaths(tmp_path, lines: list[str]) -> list[tuple[str, str, str]]:
     from kwdiag.pipeline import analyze

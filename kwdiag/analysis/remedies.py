@@ -12,6 +12,7 @@ rule file's ``[remediation]``).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any, Iterable
@@ -95,6 +96,34 @@ _FIELD = re.compile(r"(?<!\{)\{(\w+)\}(?!\})")
 def fill_template(text: str, obs: dict[str, Any]) -> str:
     """Fill ``{name}`` from ``obs``. ``[[A||B]]`` is A when every value A names was observed, else B
     (``[[A]]``: A or nothing), so a fix never reads 'a limit of the current limit'."""
+    names = _names(text)
+    # With each value's type: 1, 1.0 and True are equal keys but are written differently.
+    values = tuple((v, type(v)) for v in (obs.get(n, _ABSENT) for n in names))
+    key = (text, values)
+    try:
+        filled = _filled.get(key)
+    except TypeError:  # an unhashable value (a list): filled each time
+        return _fill(text, obs)
+    if filled is None:
+        if len(_filled) > 10_000:
+            _filled.clear()
+        # The same fix for the same values is one string: a log of 100,000 alike deaths holds a few texts.
+        filled = _filled[key] = _fill(text, obs)
+    return filled
+
+
+_ABSENT = object()
+_filled: dict[tuple, str] = {}
+_NAME = re.compile(r"\{(\w+)")   # {name}, {name:fmt}, {name!r}, {name[0]}: a name is read either way
+
+
+@functools.lru_cache(maxsize=512)
+def _names(text: str) -> tuple[str, ...]:
+    """Every name a template can read (whether inside ``[[...]]`` or not)."""
+    return tuple(sorted(set(_NAME.findall(text))))
+
+
+def _fill(text: str, obs: dict[str, Any]) -> str:
     def choose(m: re.Match) -> str:
         a, b = m.group(1), m.group(2) or ""
         return a if all(k in obs for k in _FIELD.findall(a)) else b

@@ -140,8 +140,13 @@ class Incarnation:
 
     @property
     def ended_at(self) -> float | None:
-        ts = [t for t in (known_ts(e) for e in self.end_events) if t is not None]
-        return min(ts) if ts else None
+        earliest = None   # a loop, not lists: asked ~13 times per death, the lists were 4 % of a large explain
+        for evs in self.slots.values():
+            for e in evs:
+                t = known_ts(e)
+                if t is not None and (earliest is None or t < earliest):
+                    earliest = t
+        return earliest
 
     @property
     def first_ts(self) -> float | None:
