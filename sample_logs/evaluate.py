@@ -319,10 +319,13 @@ user would write, one per class, each matching line counted as a death of its cl
   was 37 of 37 deaths right (100 %), precision 97.0 % (grep 13 of 37, 35.1 %); its two extra deaths are a
   worker of a negative whose Dask version drops it without a close (`dask-kubernetes-288`) and a ninth worker
   in `SMAC3-992`. Its collector flagged that the KilledWorker-count convention had not been applied to two
-  cases of `pastes5` (`benchmarks-1268`, `feedback-106-1`): relabelled so. It also found that before
-  distributed 2024.1.0 the scheduler's `Task ... marked as failed because N workers died` prints the
-  allowed-failures setting, one less than the deaths (the task fails on the (N+1)th): the labels, like kwdiag,
-  count N, a lower bound, since the line does not say its version. The held-out figure is on its own at the end.
+  cases of `pastes5` (`benchmarks-1268`, `feedback-106-1`): relabelled so. It also found that older Dask's
+  `Task ... marked as failed because N workers died` prints the allowed-failures setting, one less than the
+  deaths (the task fails on the (N+1)th); the source history puts the change in 2023.8.0 (dask/distributed#8029),
+  and the client's `KilledWorker: ... on N different workers` in 2023.9.3 (#8203). kwdiag now counts N + 1 for
+  such a line dated before the release that changed it, and N (saying the other reading) where the lines do not
+  bound the version: `pastes7/staged-recipes-151` (dated 2022-07-13) relabelled from 3 to 4 deaths, the
+  collector's own reading by the source. The held-out figure is on its own at the end.
 
 """
 

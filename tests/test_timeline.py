@@ -362,3 +362,45 @@ def test_killedworkers_of_two_clusters_count_their_deaths_apart(tmp_path):
     (tmp_path / "paste.txt").write_text("\n".join([lines[0], same]) + "\n")
     assert [(d.worker, d.cause, d.detail) for d in analyze([str(tmp_path / "paste.txt")], rules=RULES).deaths] \
         == [unseen] * 4
+
+
+def _corpus_line(version: str, case: str, file: str, needle: str) -> str:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "sample_logs" / "corpus" / "cases" / version / case / file
+    return next(line for line in path.read_text().splitlines() if needle in line)
+
+
+def test_a_killedworker_count_dated_before_the_release_that_fixed_it_is_one_death_more(tmp_path):
+    """Until 2023.8.0 the scheduler's 'marked as failed because N workers died' printed allowed-failures, one
+    less than the deaths (the client's 'on N different workers' until 2023.9.3). A line dated before the fix is
+    N + 1 deaths; an undated one, or one dated later but at INFO (old versions still run), is N with the other
+    reading said; the ERROR level (2024.3.0 on) prints the deaths."""
+    from kwdiag.pipeline import analyze
+
+    def run(*lines: str):
+        (tmp_path / "paste.txt").write_text("\n".join(lines) + "\n")
+        r = analyze([str(tmp_path / "paste.txt")], rules=RULES)
+        kw = r.killed_workers[0]
+        fix = next(h.text for h in kw.hints if h.runtime == "dask")
+        return ([(d.worker, d.cause, d.detail) for d in r.deaths], kw.allowed_failures,
+                [x for x in kw.reasons if "one less than the deaths" in x], fix)
+
+    unseen = ("unseen worker", "unknown", "no_evidence")
+    dated_2022 = _paste_lines("pastes7/staged-recipes-151", 2)[0]          # "3 workers died", 2022-07-13
+    deaths, af, said, fix = run(dated_2022)
+    assert (deaths, af, said) == ([unseen] * 4, 3, []) and "allowed-failures: 5` (now 3)" in fix
+    # Dask 2022.12.1 run in 2026 with allowed-failures 1 (two deaths): INFO, dated after the fix
+    old_info = _corpus_line("2022.12.1", "069-killedworker-cli-nn-random-mid", "scheduler.log", "marked as failed")
+    deaths, af, said, fix = run(old_info)
+    assert deaths == [unseen] and af is None and "now 0 or 1" in fix
+    assert said == ["Dask releases before 2023.8.0 print the allowed-failures setting here, one less than the "
+                    "deaths: if one of them wrote this log, 2 workers died"]
+    # its client's KilledWorker, undated: "on 1 different workers" (two deaths); fixed in 2023.9.3
+    client = _corpus_line("2022.12.1", "069-killedworker-cli-nn-random-mid", "client.log", "different workers")
+    deaths, af, said, fix = run(client)
+    assert deaths == [unseen] and len(said) == 1 and "before 2023.9.3" in said[0]
+    # Dask 2024.12.1 (allowed-failures 2, three deaths): the ERROR line prints the deaths
+    new_error = _corpus_line("2024.12.1", "070-killedworker-lw-nn-fixed-mid", "cluster.log", "marked as failed")
+    deaths, af, said, fix = run(new_error)
+    assert (deaths, af, said) == ([unseen] * 3, 2, []) and "(now 2)" in fix

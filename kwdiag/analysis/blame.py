@@ -55,11 +55,16 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
     for task, evs in sorted(by_task.items(), key=lambda kv: min(e.ts for e in kv[1])):
         evs.sort(key=lambda e: e.ts)
         first = next((e for e in evs if e.source == "scheduler"), evs[0])
-        n = next((e.get("deaths") for e in evs if isinstance(e.get("deaths"), int)), None)
+        n, maybe_one_more = deaths_counted(evs)
         af = next((e.get("allowed_failures") for e in evs if isinstance(e.get("allowed_failures"), int)), None)
-        if af is None and n is not None:
-            af = n - 1
+        now: int | str | None = af
+        if af is None and n is not None and maybe_one_more:
+            now = f"{n - 1} or {n}"   # the setting is one of these, and the fix below suggests past both
+        elif af is None and n is not None:
+            af = now = n - 1
         reasons: list[str] = []
+        if maybe_one_more:
+            reasons.append(maybe_one_more)
         if task in blamed_at:
             keys = set(blamed_at[task])
             counted = [d for d in deaths if (d.worker, d.incarnation) in keys]
@@ -81,8 +86,8 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
         fair = _fairness(task, counted, n, causes, reasons)
         ev = tuple(evidence_of(e, (rules_for(e, rules) or [None])[0]) for e in evs)
         used_rules = [r for e in evs for r in rules_for(e, rules)]
-        obs = {"allowed_failures": af if af is not None else 3,
-               "suggested_allowed_failures": (af if af is not None else 3) + 2, "task": task}
+        most = n if isinstance(now, str) else (af if af is not None else 3)
+        obs = {"allowed_failures": now if now is not None else 3, "suggested_allowed_failures": most + 2, "task": task}
         files = {e.origin.file for e in evs if e.origin} | {x.file for d in counted for x in d.evidence}
         hints = hints_for(used_rules, runtimes_of(files, file_runtime or {}), obs)
         if fair is True:  # more retries would only kill more workers
@@ -96,6 +101,46 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
     return out, unseen
 
 
+# Until a release fixed each, Dask printed its allowed-failures setting in these lines where the deaths were one more
+# (the task fails when its deaths exceed the setting): the scheduler's "Task K marked as failed because N workers
+# died" (from 2020.12.0) until 2023.8.0 (dask/distributed#8029), the client's "KilledWorker: Attempted to run task K
+# on N different workers" (from 2022.9.2) until 2023.9.3 (#8203). A line dated before the fixing release came out
+# was written by an older Dask: N + 1 workers died. The date bounds the version that wrote the line; it says nothing
+# of why anyone died.
+_COUNT_FIXED = {"dask-task-marked-failed": ("2023.8.0", 1_691_107_200.0),       # 2023-08-04 00:00 UTC
+                "dask-killedworker-client": ("2023.9.3", 1_695_945_600.0)}      # 2023-09-29 00:00 UTC
+_DAY = 86_400.0
+
+
+def deaths_counted(evs: list[Event]) -> tuple[int | None, str | None]:
+    """How many deaths a task's KilledWorker lines prove, and, when the lines may be from a Dask that printed one
+    less (no date before the fix, no ERROR level of the scheduler's line from 2024.3.0 on), a sentence saying so."""
+    best: int | None = None
+    undated: list[tuple[str, int]] = []
+    for e in evs:
+        n = e.get("deaths")
+        if not isinstance(n, int) or isinstance(n, bool):
+            continue
+        fixed = _COUNT_FIXED.get(e.get("rule"))
+        if fixed is not None and not e.get("ts_unknown") and e.ts < fixed[1] - _DAY:
+            n += 1   # dated (a day's margin for time zones) before the release that fixed the count
+        elif fixed is not None and not (e.get("rule") == "dask-task-marked-failed" and _said_at_error(e)):
+            undated.append((fixed[0], n))
+        best = n if best is None else max(best, n)
+    if best is None or not undated or max(n for _, n in undated) < best:
+        return best, None
+    release = max(r for r, n in undated if n == best)
+    return best, (f"Dask releases before {release} print the allowed-failures setting here, one less than the "
+                  f"deaths: if one of them wrote this log, {best + 1} workers died")
+
+
+def _said_at_error(e: Event) -> bool:
+    """Whether the line itself shows level ERROR before its message (``e.level`` is the rule's severity when the
+    line shows none: a paste without the logging prefix)."""
+    return _ERROR_LEVEL.search(e.message.split("Task ", 1)[0]) is not None
+
+
+_ERROR_LEVEL = re.compile(r"\bERROR\b")
 UNSEEN = "unseen worker"  # the worker of a death only a KilledWorker count shows
 # Dask's KilledWorker (2023 on): "... The last worker that attempt to run the task was tcp://10.0.0.5:40123."
 _LAST_WORKER = re.compile(r"last worker that attempt(?:ed)? to run the task was ([a-z]+)://([^\s:/]+|\[[^\]]*\])")
