@@ -56,12 +56,7 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
         evs.sort(key=lambda e: e.ts)
         first = next((e for e in evs if e.source == "scheduler"), evs[0])
         n, maybe_one_more = deaths_counted(evs)
-        af = next((e.get("allowed_failures") for e in evs if isinstance(e.get("allowed_failures"), int)), None)
-        now: int | str | None = af
-        if af is None and n is not None and maybe_one_more:
-            now = f"{n - 1} or {n}"   # the setting is one of these, and the fix below suggests past both
-        elif af is None and n is not None:
-            af = now = n - 1
+        af, obs = _allowed_failures(evs, n, maybe_one_more, task)
         reasons: list[str] = []
         if maybe_one_more:
             reasons.append(maybe_one_more)
@@ -86,8 +81,6 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
         fair = _fairness(task, counted, n, causes, reasons)
         ev = tuple(evidence_of(e, (rules_for(e, rules) or [None])[0]) for e in evs)
         used_rules = [r for e in evs for r in rules_for(e, rules)]
-        most = n if isinstance(now, str) else (af if af is not None else 3)
-        obs = {"allowed_failures": now if now is not None else 3, "suggested_allowed_failures": most + 2, "task": task}
         files = {e.origin.file for e in evs if e.origin} | {x.file for d in counted for x in d.evidence}
         hints = hints_for(used_rules, runtimes_of(files, file_runtime or {}), obs)
         if fair is True:  # more retries would only kill more workers
@@ -99,6 +92,21 @@ def blame(tl: Timeline, deaths: list[Death], rules: RuleSet,
                                      hints=hints))
     out.sort(key=lambda b: b.at or 0.0)
     return out, unseen
+
+
+def _allowed_failures(evs: list[Event], n: int | None, maybe_one_more: str | None,
+                      task: str) -> tuple[int | None, dict]:
+    """The allowed-failures setting the lines show (None when they do not tell it), and the values the fixes quote:
+    the setting now (both readings when the count may be one short) and a suggestion past it."""
+    af = next((e.get("allowed_failures") for e in evs if isinstance(e.get("allowed_failures"), int)), None)
+    now: int | str | None = af
+    if af is None and n is not None and maybe_one_more:
+        now = f"{n - 1} or {n}"   # the setting is one of these, and the fix suggests past both
+    elif af is None and n is not None:
+        af = now = n - 1
+    most = n if isinstance(now, str) else (af if af is not None else 3)
+    return af, {"allowed_failures": now if now is not None else 3, "suggested_allowed_failures": most + 2,
+                "task": task}
 
 
 # Until a release fixed each, Dask printed its allowed-failures setting in these lines where the deaths were one more

@@ -17,7 +17,8 @@ a duplicated line, one death. Dask before 2022.6 printed its memory kill ("Worke
 Restarting", no pid) on every tick of the nanny's 100 ms monitor until the process was gone: such lines before
 the nanny's restart are one death, unless more restarts follow than deaths were seen (two workers killed at
 once). A nanny's "Failed while trying to start worker process" and a worker's address-less "Stopping worker"
-are printed once per process: a second one in a shared stream is another process's.
+are printed once per process: a second one in a shared stream is another process's (each of these signs is
+a test in ``kwdiag.timeline.repeats``).
 
 Does not cover: lines about other processes (the scheduler's, the environment's: ``kwdiag.timeline.merge``
 joins those and the files' processes into one set of incarnations).
@@ -28,14 +29,21 @@ from __future__ import annotations
 from kwdiag.events import Event
 from kwdiag.kinds import NOT_ABOUT_THE_WORKER
 from kwdiag.timeline.model import SELF_STANDING, Incarnation, known_ts, slot_of
+from kwdiag.timeline.repeats import (
+    FOLLOW_LINES,
+    FOLLOW_SECONDS,
+    another_nannys_close,
+    line_and_time,
+    once_lines,
+    printed_once_per_process,
+    repeats_an_end,
+    repeats_old_memory_kill,
+)
 
 # An orphan (a line that names no process, in a file shared by several) explains a death in the same
 # file if it comes at most this many lines, and this many seconds, before the death's first end line.
 ORPHAN_LINES = 400
 ORPHAN_SECONDS = 30.0
-# Follow-up lines of one death ("Unregistering worker", "Restarting worker") come within these.
-FOLLOW_LINES = 40
-FOLLOW_SECONDS = 10.0
 # A traceback printed again by the code that started a failed process comes within this of its end.
 REPEAT_SECONDS = 5.0
 # Kinds that follow an exit in a nanny's sequence and belong to the death just seen.
@@ -188,10 +196,10 @@ class StreamAttributor:
                 else:
                     self.context.append(e)
                 return
-        elif slot == "memory" and slot in p.slots and not named and _repeats_old_memory_kill(p, e):
+        elif slot == "memory" and slot in p.slots and not named and repeats_old_memory_kill(p, e):
             self.repeats.append((p, e))  # the monitor's next tick while the process was still dying
             return
-        elif slot is not None and slot in p.slots and _repeats_an_end(p, e, pid):
+        elif slot is not None and slot in p.slots and repeats_an_end(p, e, pid):
             # The same end told twice (a duplicated or tee'd line, one copy with an unreadable pid): one death.
             if pid is not None and p.pid is None:
                 p.pid = pid
@@ -208,7 +216,7 @@ class StreamAttributor:
     def _not_the_current(self, e: Event, address: str | None, named: bool) -> Incarnation | None:
         """In a file of one nanny's or one worker's lines, the process a line that the current process cannot
         have printed belongs to: a worker's stop goes to the nanny-only process whose close came first; another
-        nanny's close (``_another_nannys_close``) and a second line of those Dask prints once per process (a
+        nanny's close (``another_nannys_close``) and a second line of those Dask prints once per process (a
         nanny's failed start, an address-less stop) open another process. None: no such reason."""
         if e.kind == "worker-closing" and address is not None:
             p = self._nanny_closed_unnamed(e)
@@ -216,10 +224,10 @@ class StreamAttributor:
                 return p
         if self.current is None:
             return None
-        if e.kind == "nanny-closing" and _another_nannys_close(self.current, e):
+        if e.kind == "nanny-closing" and another_nannys_close(self.current, e):
             return self._new(e)
-        once = None if named else _printed_once_per_process(e)
-        if once is not None and once in _once_lines(self.current):
+        once = None if named else printed_once_per_process(e)
+        if once is not None and once in once_lines(self.current):
             return self._new(e)
         return None
 
@@ -241,7 +249,7 @@ class StreamAttributor:
             return follow
         if slot == "memory" and pid is None:
             dying = next((p for p in reversed(self.procs[-32:]) if "memory" in p.slots), None)
-            if dying is not None and _repeats_old_memory_kill(dying, e):
+            if dying is not None and repeats_old_memory_kill(dying, e):
                 self.repeats.append((dying, e))
                 return None
         follow = self._second_death_of_repeats(e, slot)
@@ -275,10 +283,10 @@ class StreamAttributor:
         its restart. A new process of the two lines."""
         if slot not in ("restart", "exit", "unregister"):
             return None
-        line, ts = _pos(e)
+        line, ts = line_and_time(e)
         for i in range(len(self.repeats) - 1, -1, -1):
             q, m = self.repeats[i]
-            mline, mts = _pos(m)
+            mline, mts = line_and_time(m)
             if slot in q.slots and 0 <= line - mline <= FOLLOW_LINES \
                     and (ts is None or mts is None or 0 <= ts - mts <= FOLLOW_SECONDS):
                 del self.repeats[i]
@@ -330,10 +338,10 @@ class StreamAttributor:
         self.repeats = []
         if not self.orphans:
             return
-        anchors = sorted(((_pos(e), p) for p in self.procs for e in p.end_events), key=lambda t: t[0])
+        anchors = sorted(((line_and_time(e), p) for p in self.procs for e in p.end_events), key=lambda t: t[0])
         j = 0
         for o in self.orphans:
-            line, ts = _pos(o)
+            line, ts = line_and_time(o)
             while j < len(anchors) and anchors[j][0][0] < line:
                 j += 1
             target = None
@@ -352,9 +360,9 @@ class StreamAttributor:
         """Nannies that share a file print their close and "still alive ..., killing" lines without naming
         the process, then one exit line each: each such line goes to the first exit after it whose process
         has no line of its kind yet (in order, as the nannies printed them), else it stays context."""
-        exits = sorted(((_pos(e), p) for p in self.procs for e in p.slots.get("exit", ())), key=lambda t: t[0])
+        exits = sorted(((line_and_time(e), p) for p in self.procs for e in p.slots.get("exit", ())), key=lambda t: t[0])
         for e in self.awaiting_exit:
-            line, ts = _pos(e)
+            line, ts = line_and_time(e)
             slot = slot_of(e)
             for (xline, xts), p in exits:
                 if xline <= line or xline - line > ORPHAN_LINES or slot in p.slots:
@@ -365,82 +373,6 @@ class StreamAttributor:
                 break
             else:
                 self.context.append(e)
-
-
-# An end line that repeats one already given to a process (same kind, same status, no conflicting pid) within
-# this many seconds is the same end told twice.
-DUPLICATE_SECONDS = 1.0
-_STATUS_FIELDS = ("signal", "exitcode", "signal_name", "reason")
-
-
-def _repeats_an_end(p: Incarnation, e: Event, pid: int | None) -> bool:
-    """Only exit lines that state a status (a signal, an exit code): lines that state nothing ("Restarting
-    worker") may be two workers' in a shared file."""
-    if slot_of(e) == "memory" and e.get("pid") is not None:
-        ts = known_ts(e)
-        return any(x.kind == e.kind and x.get("pid") == e.get("pid") and (ts is None or known_ts(x) is None
-                   or abs(ts - known_ts(x)) <= DUPLICATE_SECONDS) for x in p.slots.get("memory", ()))
-    if slot_of(e) == "memory-kill" and e.get("pid") is not None:
-        # "is slow to accept SIGTERM; sending SIGKILL" / "is slow to terminate; trying again" (Windows, where
-        # the kill can fail): the nanny says it on every tick of its monitor while that pid lives
-        ts = known_ts(e)
-        return any(x.get("pid") == e.get("pid") and (ts is None or known_ts(x) is None
-                   or abs(ts - known_ts(x)) <= KILL_REPEAT_SECONDS) for x in p.slots.get("memory-kill", ()))
-    if slot_of(e) != "exit" or all(e.get(f) is None for f in _STATUS_FIELDS):
-        return False
-    ts = known_ts(e)
-    for x in p.slots.get("exit", ()):
-        if x.kind != e.kind or any(x.get(f) != e.get(f) for f in _STATUS_FIELDS):
-            continue
-        xpid = x.get("pid") if x.source != "worker" else None
-        if pid is not None and xpid is not None and pid != xpid:
-            continue
-        xts = known_ts(x)
-        if ts is None or xts is None or abs(ts - xts) > DUPLICATE_SECONDS:
-            continue
-        return True
-    return False
-
-
-# The nanny's memory monitor (distributed before 2022.6) ticks every 100 ms and printed its kill again on each
-# tick until the process was gone; a process that takes longer than this to die is not one death.
-MEMORY_REPEAT_SECONDS = 5.0
-# Its escalation (2022.6 on) names the pid and is printed on each tick while that pid lives.
-KILL_REPEAT_SECONDS = 60.0
-
-
-def _repeats_old_memory_kill(p: Incarnation, e: Event) -> bool:
-    """``e`` is "Worker exceeded N% memory budget. Restarting" (no pid: distributed before 2022.6) printed again
-    for ``p``, whose own such line came first and whose nanny has not yet seen it exit (no exit, restart or
-    unregister line since): the monitor's next tick while ``p`` was still dying."""
-    if e.get("pid") is not None or slot_of(e) != "memory":
-        return False
-    if p.slots.keys() & {"exit", "restart", "unregister"}:
-        return False
-    mine = [x for x in p.slots.get("memory", ()) if x.get("pid") is None and x.kind == e.kind]
-    if not mine:
-        return False
-    line, ts = _pos(e)
-    xline, xts = _pos(mine[-1])
-    return 0 <= line - xline <= FOLLOW_LINES and (ts is None or xts is None or 0 <= ts - xts <= MEMORY_REPEAT_SECONDS)
-
-
-# Lines Dask prints once per process, naming none: a nanny's report of its worker's failed start (2.x to
-# 2022.5), a worker's stop before it knew its address (Worker.close returns at once when called again).
-_ONCE_PER_PROCESS = (("worker-startup-failed", "Failed while trying to start worker process"),
-                     ("worker-closing", "Stopping worker"))
-
-
-def _printed_once_per_process(e: Event) -> str | None:
-    text = e.message or ""
-    for kind, words in _ONCE_PER_PROCESS:
-        if e.kind == kind and (text.endswith(words) if words == "Stopping worker" else words in text):
-            return words
-    return None
-
-
-def _once_lines(p: Incarnation) -> set[str]:
-    return {w for x in p.events if (w := _printed_once_per_process(x)) is not None}
 
 
 def _fits(p: Incarnation, e: Event) -> bool:
@@ -458,21 +390,3 @@ def _fits(p: Incarnation, e: Event) -> bool:
 
 def _started(p: Incarnation) -> bool:
     return any(e.kind in ("worker-start", "worker-spawn") for e in p.events)
-
-
-def _pos(e: Event) -> tuple[int, float | None]:
-    return (e.origin.line if e.origin else 0, known_ts(e))
-
-
-def _another_nannys_close(p: Incarnation, e: Event) -> bool:
-    """``e`` (a nanny's close) cannot be ``p``'s nanny's: each nanny prints "Closing Nanny at N" once and then
-    "Nanny asking worker to close" once, and its worker's "Stopping worker ... Reason: nanny-close" after both."""
-    mine = p.slots.get("nanny-closing", [])
-    if e.get("nanny") is not None:  # "Closing Nanny at N"
-        if any(x.get("nanny") not in (None, e.get("nanny")) for x in mine):
-            return True
-        if any(x.get("nanny") is None for x in mine):
-            return True  # its nanny already asked the worker to close: this close is another nanny's
-    elif any(x.get("nanny") is None for x in mine):
-        return True  # a second "asking"
-    return any(str(x.get("reason") or "").startswith("nanny-close") for x in p.slots.get("closing", []))
