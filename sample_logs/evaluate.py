@@ -325,7 +325,12 @@ user would write, one per class, each matching line counted as a death of its cl
   and the client's `KilledWorker: ... on N different workers` in 2023.9.3 (#8203). kwdiag now counts N + 1 for
   such a line dated before the release that changed it, and N (saying the other reading) where the lines do not
   bound the version: `pastes7/staged-recipes-151` (dated 2022-07-13) relabelled from 3 to 4 deaths, the
-  collector's own reading by the source. The held-out figure is on its own at the end.
+  collector's own reading by the source. A reading of `pastes2`'s held-out misses (2026-11-27) found one
+  general: in one stream, several nannies' kills (`Worker process still alive after N seconds, killing`, no pid)
+  followed by as many exit lines were read as more deaths than kills (`pySCENIC-129`: 14 reported for 8); each
+  kill is followed by its own process's exit, which a real LocalCluster of Dask 2026.8 and 2024.12.1 whose workers
+  hang at the close reproduces (`tests/test_dask.py`). Fixed: `pastes2` no longer measures it blind. The
+  held-out figure is on its own at the end.
 
 """
 

@@ -467,3 +467,54 @@ def test_ctrl_c_closes_the_dask_cluster_in_order_and_still_diagnoses(tmp_path):
     assert read_events(str(run_dir), "scheduler-close", reason="cluster-close")
     leftovers = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert not leftovers, f"processes left behind: {leftovers}"
+
+
+# A LocalCluster whose workers cannot stop when asked: each worker's event loop is blocked by a coroutine that
+# sleeps without awaiting, so at the close each nanny escalates (its kill) and then reports the exit. The three
+# nannies live in the job's process and log to its stderr: three kill lines, then three exits, in one stream.
+HUNG_AT_CLOSE_JOB = '''
+import logging, os, sys, time
+from pathlib import Path
+from distributed import Client, LocalCluster
+
+async def hang(up):
+    Path(up, str(os.getpid())).touch()
+    time.sleep(300)   # no await: the worker's event loop stops, so it cannot stop when its nanny asks
+
+if __name__ == "__main__":
+    up = sys.argv[1]
+    cluster = LocalCluster(n_workers=3, threads_per_worker=1, silence_logs=logging.INFO, dashboard_address=None)
+    client = Client(cluster)
+    client.run(hang, up, wait=False)
+    deadline = time.monotonic() + 120
+    while len(os.listdir(up)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.close()
+    cluster.close(timeout=120)
+'''
+
+
+def test_nannies_that_kill_their_hung_workers_at_a_close_are_one_death_each(tmp_path):
+    """The whole log: three chosen closes that the nannies finished by killing. What a user pastes of it (the kill
+    lines and the exit lines, in their order in the log, with or without their time prefix): three deaths whose
+    close the lines do not show (``unknown/close_timeout``), one per pid, none extra (each kill line pairs with
+    an exit that follows it: which with which, the lines cannot tell)."""
+    import re
+
+    up = tmp_path / "up"
+    up.mkdir()
+    (tmp_path / "job.py").write_text(HUNG_AT_CLOSE_JOB)
+    run = subprocess.run([sys.executable, "job.py", str(up)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=DEADLINE * 3, env=child_env())
+    pids = sorted(int(p) for p in os.listdir(up))
+    lines = run.stderr.splitlines()
+    told = [line for line in lines if "still alive after" in line or re.search(r"Worker process \d+ was killed", line)]
+    assert len(pids) == 3 and len(told) == 6, run.stderr[-3000:]
+    (tmp_path / "cluster.log").write_text(run.stderr)
+    whole = analyze([str(tmp_path / "cluster.log")]).deaths
+    assert sorted((d.pid, d.cause, d.detail) for d in whole) == [(p, "chose_to_exit", "shutdown") for p in pids]
+    expected = sorted((f"process {p}", "unknown", "close_timeout") for p in pids)
+    for paste in (told, [re.sub(r"^\d{4}-\d\d-\d\d [\d:,]+ - ", "", line) for line in told]):
+        (tmp_path / "paste.txt").write_text("\n".join(paste) + "\n")
+        assert sorted((d.worker, d.cause, d.detail) for d in analyze([str(tmp_path / "paste.txt")]).deaths) \
+            == expected, paste

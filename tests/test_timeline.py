@@ -404,3 +404,6 @@ def test_a_killedworker_count_dated_before_the_release_that_fixed_it_is_one_deat
     new_error = _corpus_line("2024.12.1", "070-killedworker-lw-nn-fixed-mid", "cluster.log", "marked as failed")
     deaths, af, said, fix = run(new_error)
     assert (deaths, af, said) == ([unseen] * 3, 2, []) and "(now 2)" in fix
+    # with its client's undated KilledWorker: the scheduler's ERROR line dates the cluster, no other reading
+    client_2024 = _corpus_line("2024.12.1", "070-killedworker-lw-nn-fixed-mid", "cluster.log", "different workers")
+    assert run(new_error, client_2024)[:3] == ([unseen] * 3, 2, [])

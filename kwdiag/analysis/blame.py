@@ -122,9 +122,12 @@ _DAY = 86_400.0
 
 def deaths_counted(evs: list[Event]) -> tuple[int | None, str | None]:
     """How many deaths a task's KilledWorker lines prove, and, when the lines may be from a Dask that printed one
-    less (no date before the fix, no ERROR level of the scheduler's line from 2024.3.0 on), a sentence saying so."""
+    less (no date before the fix, and no scheduler's line at ERROR, its level from 2024.3.0 on), a sentence saying
+    so."""
     best: int | None = None
     undated: list[tuple[str, int]] = []
+    # the scheduler's line at ERROR: 2024.3.0 or later, which prints the deaths (and so does its client)
+    recent = any(e.get("rule") == "dask-task-marked-failed" and _said_at_error(e) for e in evs)
     for e in evs:
         n = e.get("deaths")
         if not isinstance(n, int) or isinstance(n, bool):
@@ -132,7 +135,7 @@ def deaths_counted(evs: list[Event]) -> tuple[int | None, str | None]:
         fixed = _COUNT_FIXED.get(e.get("rule"))
         if fixed is not None and not e.get("ts_unknown") and e.ts < fixed[1] - _DAY:
             n += 1   # dated (a day's margin for time zones) before the release that fixed the count
-        elif fixed is not None and not (e.get("rule") == "dask-task-marked-failed" and _said_at_error(e)):
+        elif fixed is not None and not recent:
             undated.append((fixed[0], n))
         best = n if best is None else max(best, n)
     if best is None or not undated or max(n for _, n in undated) < best:

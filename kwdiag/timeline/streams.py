@@ -210,6 +210,8 @@ class StreamAttributor:
             follow = self._dying_without(e, pid) if slot in FOLLOW_UP_SLOTS and not named else None
             if follow is None and not named:
                 follow = self._second_death_of_repeats(e, slot)
+            if follow is None and slot == "exit":
+                follow = self._killed_awaiting_exit(e, pid)
             p = follow or self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
         self._give(p, e, address, pid, inc)
 
@@ -274,6 +276,20 @@ class StreamAttributor:
             lline = last.origin.line if last.origin else 0
             lts = known_ts(last)
             if 0 <= line - lline <= FOLLOW_LINES and (ts is None or lts is None or ts - lts <= FOLLOW_SECONDS):
+                return p
+        return None
+
+    def _killed_awaiting_exit(self, e: Event, pid: int | None) -> Incarnation | None:
+        """The earliest process of this file whose nanny said it was killing it ("Worker process still alive after
+        N seconds, killing": no pid) and has not reported its exit yet: the nanny logs the kill, then the exit of the
+        process it killed, so several nannies of one process closing at once print their kills and then as many
+        exits (which kill goes with which exit the lines cannot tell; each is one death either way)."""
+        line, ts = line_and_time(e)
+        for p in self.procs[-64:]:
+            if set(p.slots) != {"escalate"} or (pid is not None and p.pid not in (None, pid)):
+                continue
+            kline, kts = line_and_time(p.slots["escalate"][-1])
+            if 0 < line - kline <= ORPHAN_LINES and (ts is None or kts is None or 0 <= ts - kts <= ORPHAN_SECONDS):
                 return p
         return None
 
