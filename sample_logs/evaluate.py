@@ -38,7 +38,7 @@ CORPUS = HERE / "corpus" / "cases"
 PASTES = HERE / "pastes"
 # Collections made independently, each from other threads; pastes3 to pastes7 are held out whole: collected
 # 2026-11-27 without running kwdiag on them (docs/accuracy.md says which changes came after their first runs).
-PASTE_SETS = ("pastes", "pastes2", "pastes3", "pastes4", "pastes5", "pastes6", "pastes7")
+PASTE_SETS = ("pastes", "pastes2", "pastes3", "pastes4", "pastes5", "pastes6", "pastes7", "pastes8")
 
 # What a user would grep for, one regex per class (the baseline the issue measures against).
 GREP = [
