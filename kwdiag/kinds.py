@@ -83,6 +83,7 @@ KINDS: dict[str, str] = {
     "k8s-status": "Kubernetes reports a container's end (OOMKilled, evicted, an exit code)",
     "slurm-oom": "SLURM detected an OOM kill in the job step",
     "slurm-time-limit": "SLURM cancelled the job at its time limit",
+    "slurm-cancel": "SLURM cancelled the job for another reason (scancel, preemption, a node failure)",
     "yarn-kill": "YARN killed a container for exceeding its memory",
     # ---- the fact layer (kwdiag.analysis.facts: derived, never in a log)
     "fact-cluster-closed": "the whole cluster was being closed and this worker ended in an orderly way",
@@ -139,7 +140,8 @@ END = _group("worker-exit", "nanny-memory-terminate", "nanny-memory-escalate", "
              "worker-closed", "worker-end", "worker-fatal", "worker-startup-failed", "nanny-kill-after-close",
              "fatal-signal", "worker-reaped", "nanny-start-timeout",
              # the environment's word on a process
-             "kernel-oom-kill", "k8s-status", "slurm-oom", "slurm-time-limit", "yarn-kill")
+             "kernel-oom-kill", "k8s-status", "slurm-oom", "slurm-time-limit", "slurm-cancel",
+             "yarn-kill")
 # A worker died, for `kwdiag run`'s live view: the lines that make it look for news at once.
 DEATH = _group("worker-exit", "worker-removed", "worker-fatal")
 # Lifecycle lines the classifier keeps with a death whenever they came (not only near its end), and

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kwdiag.analysis import analyze_events
 from kwdiag.engine import load_rules
 from kwdiag.events import Event, Origin
@@ -407,3 +409,34 @@ def test_a_killedworker_count_dated_before_the_release_that_fixed_it_is_one_deat
     # with its client's undated KilledWorker: the scheduler's ERROR line dates the cluster, no other reading
     client_2024 = _corpus_line("2024.12.1", "070-killedworker-lw-nn-fixed-mid", "cluster.log", "different workers")
     assert run(new_error, client_2024)[:3] == ([unseen] * 3, 2, [])
+
+
+def test_a_start_timeout_never_has_an_exit_line_of_its_own(tmp_path):
+    """distributed 1.21 WorkerProcess.start: after 'Failed to start worker process.  Restarting' the nanny terminates
+    that process and starts another, and _on_exit ignores the old one's exit ('Ignore exit of old process instance'):
+    an exit line next to it is another process's death, and a start that times out after a 'Restarting worker' is
+    the restarted process's."""
+    timeout, exit_, restart = _paste_lines("pastes2/dask-jobqueue-20-1", 1, 2, 8)   # 1.21's lines, as pasted
+    deaths = _paste_deaths(tmp_path, [timeout, exit_, restart, timeout])
+    assert sorted(d[2] for d in deaths) == ["start_timeout", "start_timeout", "unknown_signal"]
+
+
+def test_removed_worker_is_the_end_of_one_removal_or_a_removal_by_itself(tmp_path):
+    """1.x's scheduler logs "Remove worker X" first and "Removed worker X" last in one removal: the pair is one
+    death, and a "Removed worker" whose first half the paste cut off is a death too."""
+    remove, removed = _paste_lines("pastes5/distributed-1189", 5, 6)
+    alone = _paste_lines("pastes5/distributed-1189", 1)[0]
+    assert [d[0] for d in _paste_deaths(tmp_path, [remove, removed])] == ["tcp://192.168.1.203:45998"]
+    assert sorted(d[0] for d in _paste_deaths(tmp_path, [alone, remove, removed])) == \
+        ["tcp://192.168.1.203:45998", "tcp://192.168.1.204:33518"]
+
+
+def test_a_worker_process_repr_with_sigsegv_and_a_c_assertion_are_crashes(tmp_path):
+    """multiprocessing's repr of the nanny's worker process ('... exitcode=-SIGSEGV') and a C library's
+    'Assertion ... failed' before its abort() (UCX) each prove a death by a signal."""
+    segv = [line for line in (Path(__file__).resolve().parent.parent / "sample_logs/pastes2/distributed-5082/paste.txt")
+            .read_text().splitlines() if "exitcode=-SIGSEGV" in line]
+    assert segv and [d[1:] for d in _paste_deaths(tmp_path, segv[:1])] == [("sudden_exit", "segfault")]
+    ucx = [line for line in (Path(__file__).resolve().parent.parent / "sample_logs/pastes2/ucx-5045/paste.txt")
+           .read_text().splitlines() if "Assertion `" in line]
+    assert ucx and [d[1:] for d in _paste_deaths(tmp_path, ucx[:1])] == [("sudden_exit", "signal_6")]

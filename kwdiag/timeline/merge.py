@@ -64,11 +64,15 @@ def _retells(cur: Incarnation, e: Event) -> bool:
     """``e`` and a line ``cur`` already has tell one fact: one first-hand and one a copy (a run directory with
     both the scheduler plugin's records and Dask's text log), same kind, within ``MIRROR_SECONDS``; or two
     lines of one removal (Dask's ``Remove worker`` and its ``Removing worker ... caused the cluster to lose``
-    name the same stimulus)."""
+    name the same stimulus; its ``Remove worker`` and, at its end, ``Removed worker``)."""
     stimulus = e.get("stimulus")
     if e.kind == "worker-removed" and isinstance(stimulus, str) and stimulus and any(
             x.get("stimulus") == stimulus for x in cur.slots.get("removed", ())):
         return True
+    if e.kind == "worker-removed" and e.get("removal") == "finished":
+        # ``remove_worker`` logs "Remove worker X" first and "Removed worker X" last: one removal
+        removals = cur.slots.get("removed", ())
+        return bool(removals) and not any(x.get("removal") == "finished" for x in removals)
     ts = known_ts(e)
     if ts is None:
         return False

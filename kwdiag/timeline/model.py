@@ -43,7 +43,8 @@ SLOT_OF_KIND = keyed(END, {
     "worker-reaped": "reaped",              # terminated by an exit hook as the process that started it exited
     "nanny-start-timeout": "start-timeout", # the nanny killed a worker process that did not start in time
     # the environment's word on a process (kernel OOM killer, Kubernetes, SLURM, YARN)
-    "kernel-oom-kill": "env", "k8s-status": "env", "slurm-oom": "env", "slurm-time-limit": "env", "yarn-kill": "env",
+    "kernel-oom-kill": "env", "k8s-status": "env", "slurm-oom": "env", "slurm-time-limit": "env",
+    "slurm-cancel": "env", "yarn-kill": "env",
 })
 # Slots one end may fill more than once (several closing lines, a traceback's several frames).
 REPEATABLE = {"closing", "nanny-closing", "fatal", "startup", "crash", "env"}

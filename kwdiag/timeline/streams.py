@@ -399,6 +399,13 @@ def _fits(p: Incarnation, e: Event) -> bool:
         return False
     if slot_of(e) == "startup" and "restart" in p.slots:
         return False  # its nanny is restarting it: a start that fails now is the next process's
+    if slot_of(e) == "start-timeout" and ("restart" in p.slots or "exit" in p.slots):
+        return False  # a process that exited did not time out starting: the timed-out one is the next
+    if slot_of(e) in ("exit", "restart") and "start-timeout" in p.slots:
+        # distributed 1.21 ``WorkerProcess.start``: after "Failed to start worker process.  Restarting" the nanny
+        # terminates that process and starts another, and ``_on_exit`` ignores the old one's exit ("Ignore exit
+        # of old process instance"): no exit or restart line is ever that process's
+        return False
     if slot_of(e) in ("memory", "memory-kill") and "restart" in p.slots:
         return False  # the nanny restarts it after its exit: a memory kill told after that is the next process's
     return not (slot_of(e) in BEFORE_EXIT and "exit" in p.slots and e.get("via") != "stderr_tail")
