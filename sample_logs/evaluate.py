@@ -272,8 +272,9 @@ user would write, one per class, each matching line counted as a death of its cl
   `pastes4`'s first run (2026-11-27) was 13 of 41 deaths right (31.7 %), precision 34.5 % (grep 6 of 41,
   27.3 %); 18 of its 28 misses were one reading, a nanny's kill after a close whose reason the paste does not
   show, which kwdiag called `chose_to_exit` and the labels `unknown`, as the labels of the first two
-  collections already did (`sopa-145`, `pySCENIC-525`). Dask's own source settles it for the labels (since
-  2023 a hung worker's heartbeat restart ends in the same kill: `docs/death-classes.md`), and kwdiag now reads
+  collections already did (`sopa-145`, `pySCENIC-525`). Dask's own source settles it for the labels (a hung worker's heartbeat
+  restart ends in the same kill: `docs/death-classes.md`; that restart came in 2024.4.2, not 2023 as first
+  written here, so for older logs the other reading rests on the close the line does not show), and kwdiag now reads
   it so (those 18 right, 3 others wrong: `distributed-8775`); the figure below is after that change, so
   `pastes4` no longer measures it blind. Its labels are the
   least settled of the four (21 of 41 deaths `unknown`; its README lists the readings its collector was
@@ -344,8 +345,12 @@ user would write, one per class, each matching line counted as a death of its cl
   a blog post, a notebook's Markdown export, a notes file): its first run was 17 of 19 deaths right (89.5 %),
   precision 81.0 % (grep 18 of 19, 94.7 %, precision 42.9 %); its misses are one srun-merged stream of eight
   `dask-worker` processes read as twelve deaths, two start-up failures interleaved in one stream read as one,
-  and a kill after a close whose reason is only in the notebook's code. The held-out figure is on its own at
-  the end.
+  and a kill after a close whose reason is only in the notebook's code. A reading of those (a helper, checked in
+  Dask 2021.12's source) fixed the first two, each general: a `dask worker` command reaps (by pid) the worker child
+  its nanny killed at its own exit, so a reaping line follows that worker's close and kill, never a reported exit;
+  and a command that dies of an exception after its `End worker` prints its entry frames once per traceback, so a
+  frame told again is the next command's. The third stays `unknown` (the kill's close is not in the lines; the
+  label comes from code outside the paste). The held-out figure is on its own at the end.
 
 """
 

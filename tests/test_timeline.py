@@ -440,3 +440,26 @@ def test_a_worker_process_repr_with_sigsegv_and_a_c_assertion_are_crashes(tmp_pa
     ucx = [line for line in (Path(__file__).resolve().parent.parent / "sample_logs/pastes2/ucx-5045/paste.txt")
            .read_text().splitlines() if "Assertion `" in line]
     assert ucx and [d[1:] for d in _paste_deaths(tmp_path, ucx[:1])] == [("sudden_exit", "signal_6")]
+
+
+# ---------------------------------------------------------------- several `dask worker` commands in one stream
+def _whole_paste(case: str) -> list[str]:
+    return (Path(__file__).resolve().parent.parent / "sample_logs" / case / "paste.txt").read_text().splitlines()
+
+
+def test_the_commands_reaping_of_the_worker_it_killed_is_that_workers_death(tmp_path):
+    """Eight `dask worker` commands (Dask 2021.12) whose stderr srun merged into one stream, all closing on SIGTERM:
+    per command the nanny's kill, the command's "End worker" and, at its exit, the reaping (by pid only) of the
+    worker child it killed, interleaved across commands. One death per worker (8), not one more per reaping line;
+    seven are named by their "Stopping worker" address, the eighth printed none."""
+    deaths = _paste_deaths(tmp_path, _whole_paste("pastes8/Xperiment-dask_ipca-E1-P8_W4_D512"))
+    assert len(deaths) == 8 and {d[1] for d in deaths} == {"chose_to_exit"}, deaths
+    assert sum(d[0].startswith("tcp://172.21.5.") for d in deaths) == 7
+
+
+def test_two_commands_failing_at_start_in_one_stream_are_two_failures(tmp_path):
+    """Two `dask worker` commands whose nanny raised in Nanny.start (a handshake timeout): each logs "End worker" in
+    the finally of its main and then dies of the exception, srun interleaving the two tracebacks line by line.
+    Each command is one start-up failure."""
+    deaths = _paste_deaths(tmp_path, _whole_paste("pastes8/Xperiment-Dask_ipca_wconf_same-E2-P4_W2_D256"))
+    assert [d[1] for d in deaths] == ["unrecoverable_exception"] * 2, deaths

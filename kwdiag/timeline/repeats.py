@@ -95,6 +95,20 @@ def once_lines(p: Incarnation) -> set[str]:
     return {w for x in p.events if (w := printed_once_per_process(x)) is not None}
 
 
+# The frames of the `dask worker` command's own entry points (its script's ``<module>``, ``go``, ``main``; the rule
+# ``dask-worker-process-traceback``): the command does not recurse, so one traceback that ends it holds each at most once.
+_ENTRY_FRAME_RULE = "dask-worker-process-traceback"
+
+
+def entry_frame_told(p: Incarnation, e: Event) -> bool:
+    """``e`` is a frame of the command's entry points that ``p`` already holds, word for word: a second traceback
+    ending a `dask worker` command, so another process's (several commands' stderr in one stream)."""
+    if e.get("rule") != _ENTRY_FRAME_RULE or not e.message:
+        return False
+    text = e.message.strip()
+    return any(x.get("rule") == _ENTRY_FRAME_RULE and x.message.strip() == text for x in p.slots.get("fatal", ()))
+
+
 def line_and_time(e: Event) -> tuple[int, float | None]:
     """Where ``e`` is in its file: its line number (0 when unknown) and its time (None when its line had none)."""
     return (e.origin.line if e.origin else 0, known_ts(e))

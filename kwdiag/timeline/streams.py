@@ -33,6 +33,7 @@ from kwdiag.timeline.repeats import (
     FOLLOW_LINES,
     FOLLOW_SECONDS,
     another_nannys_close,
+    entry_frame_told,
     line_and_time,
     once_lines,
     printed_once_per_process,
@@ -56,7 +57,8 @@ ASKED_BEFORE_START = {"nanny-closing", "closing"}
 # a worker slow to close, the worker's own close.
 AWAITS_AN_EXIT = {"nanny-closing", "escalate", "closing"}
 FOLLOW_UP_SLOTS = {"restart", "unregister", "closed", "nanny-closing", "escalate", "end", "exit", "memory",
-                   "fatal", "startup", "crash"}  # the last three: more lines of one failure (a traceback's frames)
+                   "fatal", "startup", "crash",  # these three: more lines of one failure (a traceback's frames)
+                   "reaped"}  # the exit hook of a worker's parent reaps it after its nanny's close and kill
 
 
 def _explicit(e: Event) -> tuple[str | None, int | None, int | None]:
@@ -231,6 +233,21 @@ class StreamAttributor:
         once = None if named else printed_once_per_process(e)
         if once is not None and once in once_lines(self.current):
             return self._new(e)
+        if not named and entry_frame_told(self.current, e):
+            return self._ended_before_its_traceback(e)
+        return None
+
+    def _ended_before_its_traceback(self, e: Event) -> Incarnation | None:
+        """The earliest process of this file that said "End worker" a little before ``e`` and holds no such frame:
+        `dask worker` logs "End worker" in a ``finally`` and then dies of the exception that escaped its main, so
+        several commands sharing a stream print their "End worker" lines, then their tracebacks (interleaved)."""
+        line, ts = line_and_time(e)
+        for p in self.procs[-32:]:
+            if p is self.current or "end" not in p.slots or p.slots.keys() & {"exit", "restart"} or entry_frame_told(p, e):
+                continue
+            eline, ets = line_and_time(p.slots["end"][0])
+            if 0 < line - eline <= ORPHAN_LINES and (ts is None or ets is None or 0 <= ts - ets <= ORPHAN_SECONDS):
+                return p
         return None
 
     def _nanny_closed_unnamed(self, e: Event) -> Incarnation | None:
@@ -272,6 +289,8 @@ class StreamAttributor:
         for p in reversed(self.procs[-32:]):
             if not p.ended or "restart" in p.slots or not _fits(p, e) or (pid is not None and p.pid not in (None, pid)):
                 continue
+            if slot_of(e) == "reaped" and "exit" in p.slots:
+                continue  # Dask reaps a child still alive at its parent's exit: one whose exit was reported is gone
             last = max(p.end_events, key=lambda x: x.origin.line if x.origin else 0)
             lline = last.origin.line if last.origin else 0
             lts = known_ts(last)
