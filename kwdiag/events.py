@@ -35,13 +35,23 @@ class EventDecodeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Origin:
-    """Where an event was read from: so a verdict can point at the line that proves it."""
+    """Where an event was read from: so a verdict can point at the line that proves it.
+
+    ``line`` orders the events of one file. ``shown``, when set, is the line to point at instead: the lines of a
+    printed Python value are read in the order they happened, which is not the order printed (Dask returns its
+    logs newest first), and several may sit on one printed line (``kwdiag.readers.pyrepr``)."""
 
     file: str
     line: int
+    shown: int | None = None
+
+    @property
+    def at(self) -> int:
+        """The line of the file that holds the event's text."""
+        return self.line if self.shown is None else self.shown
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
+        return f"{self.file}:{self.at}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -338,8 +338,10 @@ user would write, one per class, each matching line counted as a death of its cl
   removal, INFO until 1.18: `distributed-1189`), slurmstepd's `CANCELLED AT` without a reason (`distributed-7599`),
   a worker process's `multiprocessing` repr `exitcode=-SIGSEGV` (`distributed-5082`) and a C `Assertion ... failed`
   abort (UCX, glibc: `ucx-5045`). Left: a pod's `Exit Code: 0` (a rule cannot tell the worker's container from
-  others in a `describe`), a pretty-printed `get_logs()` dict whose line is split over two string literals,
-  and a `Shut down workers that don't have promised key` list, which names workers that were not all removed.
+  others in a `describe`) and a `Shut down workers that don't have promised key` list, which names workers that
+  were not all removed. A third, a pretty-printed `cluster.get_logs()` (`dask-ml-629`: a line cut over two
+  string literals), led to reading the printed values of Dask's log-fetching calls as the lines they hold
+  (`kwdiag.readers.pyrepr`, tested on real `get_worker_logs()`/`get_logs()` output of Dask 2026.8 and 2024.12.1).
   `pastes8` (2026-11-27, 7 cases, 19 deaths, collected the same way, held out whole; all from files committed to
   repositories, as the issue store returned only threads already used: three HPC run logs of one repository,
   a blog post, a notebook's Markdown export, a notes file): its first run was 17 of 19 deaths right (89.5 %),

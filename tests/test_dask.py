@@ -518,3 +518,65 @@ def test_nannies_that_kill_their_hung_workers_at_a_close_are_one_death_each(tmp_
         (tmp_path / "paste.txt").write_text("\n".join(paste) + "\n")
         assert sorted((d.worker, d.cause, d.detail) for d in analyze([str(tmp_path / "paste.txt")]).deaths) \
             == expected, paste
+
+
+# What a notebook shows of Dask's own log-fetching calls: a task that SIGKILLs every worker that runs it (four, with
+# the default allowed-failures), then the logs printed and pretty-printed as users paste them.
+LOGS_IN_A_NOTEBOOK_JOB = '''
+import os, pprint, signal, sys, time
+from pathlib import Path
+from distributed import Client, LocalCluster
+
+def die(killed):
+    Path(killed, str(os.getpid())).touch()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if __name__ == "__main__":
+    killed = sys.argv[1]
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
+        try:
+            client.submit(die, killed, pure=False).result(timeout=120)
+        except Exception as exc:
+            print(type(exc).__name__, file=sys.stderr)
+        deadline = time.monotonic() + 120
+        while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        nanny_logs = client.get_worker_logs(nanny=True)
+        Path("print_worker_logs.txt").write_text(str(nanny_logs) + "\\n")
+        with open("pprint_worker_logs.txt", "w") as f:
+            pprint.pprint(nanny_logs, stream=f)
+        with open("pprint_cluster_logs.txt", "w") as f:
+            pprint.pprint(dict(cluster.get_logs()), stream=f)
+'''
+
+
+def test_logs_printed_from_a_notebook_are_read_as_the_lines_they_hold(tmp_path):
+    """``print(client.get_worker_logs(nanny=True))`` and its ``pprint`` (long strings cut into adjacent literals over
+    several lines, newest line first, each nanny of the LocalCluster returning the whole process's nanny records)
+    tell each SIGKILL once; ``pprint(cluster.get_logs())`` holds the scheduler's view: as many deaths, of unknown
+    cause, and the KilledWorker. Read from a file, from stdin, and cut off mid-value as a paste is."""
+    killed_dir = tmp_path / "killed"
+    killed_dir.mkdir()
+    (tmp_path / "job.py").write_text(LOGS_IN_A_NOTEBOOK_JOB)
+    run = subprocess.run([sys.executable, "job.py", str(killed_dir)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=DEADLINE * 3, env=child_env())
+    killed = sorted(int(p) for p in os.listdir(killed_dir))
+    assert len(killed) == 4 and "KilledWorker" in run.stderr, run.stderr[-3000:]
+    sigkills = sorted((f"process {pid}", "sudden_exit", "sigkill") for pid in killed)
+
+    def deaths(path):
+        r = analyze([str(path)])
+        return sorted((d.worker, d.cause, d.detail) for d in r.deaths), len(r.killed_workers)
+
+    assert deaths(tmp_path / "print_worker_logs.txt") == (sigkills, 0)
+    assert deaths(tmp_path / "pprint_worker_logs.txt") == (sigkills, 0)
+    cluster_deaths, killed_workers = deaths(tmp_path / "pprint_cluster_logs.txt")
+    assert [d[1:] for d in cluster_deaths] == [("unknown", "no_evidence")] * 4 and killed_workers == 1
+    text = (tmp_path / "pprint_worker_logs.txt").read_text()
+    piped = subprocess.run([*KWDIAG, "explain", "-", "--format", "json"], input=text, capture_output=True,
+                           text=True, env=child_env(), timeout=120)
+    assert sorted((d["worker"], d["cause"], d["detail"]) for d in json.loads(piped.stdout)["deaths"]) == sigkills
+    cut = tmp_path / "cut.txt"   # a paste that stops inside the value: the deaths whose lines it holds
+    cut.write_text(text[: len(text) * 3 // 5])
+    part, _ = deaths(cut)
+    assert part and set(part) <= set(sigkills)

@@ -464,3 +464,46 @@ def test_a_log_stored_inside_a_json_string_reads_as_the_log(tmp_path):
     plain = [(d.cause, d.detail, d.rules) for d in analyze([str(tmp_path / "plain")], rules=RULES).deaths]
     assert plain and plain[0][:2] == ("unrecoverable_exception", "missing_module")
     assert [(d.cause, d.detail, d.rules) for d in analyze([str(tmp_path / "escaped")], rules=RULES).deaths] == plain
+
+
+# ---------------------------------------------------------------- printed Python values (a notebook's output)
+NOTEBOOK_SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs" / "dask-notebook-logs" / "pprint_worker_logs.txt"
+
+
+def test_a_pretty_printed_value_gives_back_its_log_lines_whole_and_where_they_start():
+    """pprint cuts each long string into adjacent literals over several lines: joined again, each log line is the
+    string Dask returned, at the line its first literal is on; the level strings of the tuples are not lines."""
+    import ast
+
+    from kwdiag.readers import pyrepr
+
+    text = NOTEBOOK_SAMPLE.read_text()
+    value = ast.literal_eval(text)
+    held = pyrepr.log_lines(text)
+    assert [v.text for v in held] == [msg for lines in value.values() for _, msg in lines]
+    assert {v.key for v in held} == set(value)
+    physical = text.splitlines()
+    assert all(v.text[:23] in physical[v.lineno - 1] for v in held)   # its time stamp opens that line's literal
+
+
+def test_a_printed_value_cut_anywhere_keeps_the_lines_before_the_cut():
+    from kwdiag.readers import pyrepr
+
+    text = NOTEBOOK_SAMPLE.read_text()
+    whole = [v.text for v in pyrepr.log_lines(text)]
+    for cut in range(0, len(text), 97):
+        part = pyrepr.log_lines(text[:cut]) or []
+        texts = [v.text for v in part]
+        # every line but the last (its literal may be cut) is one of the whole value's, in order
+        assert texts[:-1] == whole[: max(0, len(texts) - 1)], cut
+
+
+def test_what_is_not_a_printed_value_is_read_as_before():
+    from kwdiag.readers import pyrepr
+
+    json_line = '{"asctime": "2026-11-21 10:00:00,000", "name": "distributed.nanny", "levelname": "INFO", "message": "x"}'
+    bracketed = "[2026-11-27 10:00:00,000] distributed.nanny - INFO - Worker process 7 was killed by signal 9"
+    assert not pyrepr.looks_like_value(json_line + "\n")
+    assert not pyrepr.looks_like_value(bracketed + "\n")
+    assert pyrepr.log_lines("[1, 2, 'three']\n") is None
+    assert pyrepr.log_lines("{'a': 'b'}") is None

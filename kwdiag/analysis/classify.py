@@ -169,7 +169,7 @@ def evidence_of(e: Event, rule: Rule | None) -> Evidence:
     text = e.message or e.kind
     if len(text) > 500:
         text = text[:497] + "..."
-    return Evidence(file=o.file if o else "?", line=o.line if o else 0, text=text,
+    return Evidence(file=o.file if o else "?", line=o.at if o else 0, text=text,
                     rule=rule.id if rule else None, source=e.source)
 
 

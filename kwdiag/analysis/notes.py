@@ -35,7 +35,7 @@ def cluster_notes(events: Iterable[Event], rules) -> list[Note]:
             continue
         rule = matched[0]
         origin = e.origin
-        evidence = (Evidence(file=origin.file if origin else "?", line=origin.line if origin else 0,
+        evidence = (Evidence(file=origin.file if origin else "?", line=origin.at if origin else 0,
                              text=(e.message or e.kind)[:500], rule=rule.id, source=e.source),)
         out.append(Note(kind=e.kind, at=e.ts, source=e.source, worker=e.worker, title=rule.title,
                         severity=rule.severity, text=e.message or e.kind, rule=rule.id,

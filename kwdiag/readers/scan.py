@@ -14,6 +14,7 @@ Does not cover: parsing the candidate lines (``kwdiag.readers.text``).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
@@ -49,6 +50,7 @@ class ScanStats:
     gzip: bool = False
     notes: list[str] = field(default_factory=list)
     on_block: Callable[[int], None] | None = None  # told the bytes read so far after each block (progress)
+    printed_value: bool = False  # read as a printed Python value (``kwdiag.readers.pyrepr``), not line by line
 
 
 def _open(path: str | None):
@@ -413,6 +415,18 @@ def _feed(body: bytes, lineno: int, starts, on_line: LineHandler, lookback: Look
         on_line(lineno, line, prev)
         done_to = le
     return count(b"\n")
+
+
+def scan_bytes(data: bytes, prefilter, on_line: LineHandler, lookback: Lookback | None = None) -> ScanStats:
+    """``scan`` of an input already read into memory (stdin, read ahead to see what it holds)."""
+    stats = ScanStats()
+    stream = io.BytesIO(data)
+    head = stream.read(BLOCK)
+    if b"\x00" in head[:65536]:
+        raise InputUnreadable("binary data (NUL bytes), not a text log")
+    stats.head = head[:65536]
+    _scan_blocks(head, stream, RegexFinder(prefilter), on_line, stats, lookback)
+    return stats
 
 
 # ---------------------------------------------------------------- parallel scan of large plain files

@@ -16,6 +16,7 @@ from __future__ import annotations
 import calendar
 import os
 import re
+import sys
 import time
 from dataclasses import field
 from typing import Any, Callable, Iterable
@@ -24,10 +25,11 @@ from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
 from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
 from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, END, NEAR_REMOVAL
-from kwdiag.readers import jsonlog
+from kwdiag.readers import jsonlog, pyrepr
 from kwdiag.readers.dumps import attach_dumps
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
-from kwdiag.readers.scan import MAX_LINE, InputUnreadable, Lookback, scan
+from kwdiag.readers.pyrepr import ValueLine
+from kwdiag.readers.scan import MAX_LINE, InputUnreadable, Lookback, ScanStats, scan, scan_bytes
 from kwdiag.readers.shapes import is_noise, unwrap, unwrap_from
 from kwdiag.records import record
 
@@ -195,6 +197,16 @@ class _FileState:
                 return
         self._line(lineno, text, prev)
 
+    def on_value(self, lines: list[ValueLine]) -> None:
+        """The log lines of a printed Python value (``pyrepr``), in time order: each one's place in that order
+        orders its event, the line it was printed on is shown, its dict key (a worker's address, ``Scheduler``)
+        says whose line it is. Every line is read, connection lines too (a value is small, and there is no
+        scanner to read back from at a removal)."""
+        self._read_to = 1 << 62
+        for position, line in enumerate(lines, 1):
+            self.timeouts.where = (self.name, line.lineno)
+            self._text_line(position, line.text, None, self.rules.candidates(line.text), line.key, line.lineno)
+
     def _line(self, lineno: int, text: str, prev: bytes | None) -> None:
         candidates = self.rules.candidates(text)
         if candidates and self._only_connection(candidates):
@@ -207,17 +219,19 @@ class _FileState:
             only = self._only[id(candidates)] = all(r.emit_kind in CONNECTION for r in candidates)
         return only
 
-    def _text_line(self, lineno: int, text: str, prev: bytes | None, candidates: tuple) -> None:
+    def _text_line(self, lineno: int, text: str, prev: bytes | None, candidates: tuple, key: str | None = None,
+                   shown: int | None = None) -> None:
         if is_noise(text):
             return
-        origin = Origin(self.name, lineno)
+        origin = Origin(self.name, lineno, shown)
         unwrapped, wrapper_ts, who = unwrap_from(text)
+        who = who or key
         if unwrapped != text:
             text, candidates = unwrapped, None  # the wrapper's prefix gone: look for the rules again
         ts, logger, level, msg = parse_prefix(text)
         if ts is None and IMPOSSIBLE_STAMP.match(text):
             self.bad_times += 1
-            self.first_bad_time = self.first_bad_time or lineno
+            self.first_bad_time = self.first_bad_time or (shown or lineno)
         if ts is None:
             ts = wrapper_ts
         if ts is None:
@@ -401,7 +415,9 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
     state = _FileState(inp.name, rules, timeouts)
     try:
         tell = None if on_block is None else (lambda done: on_block(done, state.events))
-        stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors, tell, state.lookback)
+        stats = _read_printed_value(inp, state)
+        if stats is None:
+            stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors, tell, state.lookback)
     except InputUnreadable as exc:
         res.problems.append(InputProblem(inp.name, str(exc)))
         return res
@@ -414,7 +430,7 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
     except OSError as exc:
         res.problems.append(InputProblem(inp.name, f"cannot read: {exc.strerror or exc}"))
         return res
-    if inp.path is not None and not stats.gzip:
+    if inp.path is not None and not stats.gzip and not stats.printed_value:
         attach_dumps(inp.path, state.events)
     res.events = state.events
     res.lines, res.bytes = stats.lines, stats.bytes
@@ -422,6 +438,60 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
     res.json_events = state.json_events
     res.problems += _reading_problems(inp.name, stats, state, timeouts)
     return res
+
+
+VALUE_MAX = 16 << 20   # a printed Python value is read whole (a notebook's output); larger inputs are scanned
+
+
+def _read_printed_value(inp: Input, state: _FileState) -> ScanStats | None:
+    """Read ``inp`` as a printed Python value holding log lines (``kwdiag.readers.pyrepr``: what a notebook shows
+    of ``client.get_worker_logs()``), each key's lines in time order (Dask gives them newest first); None, having
+    consumed nothing of a file, when it is not one. Stdin is peeked at; a value that holds no log line is then
+    scanned from memory like any other input."""
+    if inp.path is None:
+        peek = getattr(getattr(sys.stdin, "buffer", None), "peek", None)   # a pipe's or a file's; not a test's
+        head = peek(4096)[:4096] if peek is not None else b""
+    else:
+        if not os.path.isfile(inp.path) or os.path.getsize(inp.path) > VALUE_MAX:
+            return None
+        with open(inp.path, "rb") as f:
+            head = f.read(4096)
+    if head[:2] == b"\x1f\x8b" or not pyrepr.looks_like_value(head.decode("utf-8", "replace")):
+        return None
+    if inp.path is None:
+        data = sys.stdin.buffer.read()
+    else:
+        with open(inp.path, "rb") as f:
+            data = f.read()
+    lines = pyrepr.log_lines(data.decode("utf-8", "replace"))
+    if lines is None:
+        if inp.path is not None:
+            return None
+        return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback)
+    state.on_value(_in_time_order(lines))
+    return ScanStats(bytes=len(data), lines=data.count(b"\n") + 1, head=data[:65536], printed_value=True)
+
+
+def _in_time_order(lines: list[pyrepr.ValueLine]) -> list[pyrepr.ValueLine]:
+    """Each key's lines oldest first: reversed where their times run backwards (Dask's ``get_logs`` is newest
+    first; a value printed some other way keeps its order), a stamped line told under several keys once."""
+    by_key: dict[str | None, list[pyrepr.ValueLine]] = {}
+    seen: set[str] = set()
+    for line in lines:
+        if parse_prefix(line.text)[0] is not None:
+            # A logger's records are kept per process, so the nannies of one process (a LocalCluster's) each return
+            # all of them: a stamped line under a second key is the same record, not another process's.
+            if line.text in seen:
+                continue
+            seen.add(line.text)
+        by_key.setdefault(line.key, []).append(line)
+    out: list[pyrepr.ValueLine] = []
+    for group in by_key.values():
+        times = [t for t in (parse_prefix(x.text)[0] for x in group) if t is not None]
+        down = sum(b < a for a, b in zip(times, times[1:]))
+        up = sum(b > a for a, b in zip(times, times[1:]))
+        out.extend(reversed(group) if down > up else group)
+    return out
 
 
 def read_events(paths: Iterable[str], rules: RuleSet, on_progress: "Callable[[Progress], None] | None" = None
