@@ -16,11 +16,9 @@ here).
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import re
-import tokenize
 from typing import NamedTuple
 
 OPENERS = ("{", "[", "(")
@@ -82,6 +80,8 @@ def _strings(text: str) -> list[tuple[str | None, list[tuple[int, str]]]]:
     """Each string of the value (not a dict key) as its literals, (line, decoded text) each: adjacent literals
     are one string (Python's implicit concatenation, as pprint writes a long one), with the key of the outermost
     dict it is under. A cut end stops the reading; what came before stands."""
+    import tokenize   # here: most inputs are not printed values, and the import costs ~2 ms at start-up
+
     out: list[tuple[str | None, list[tuple[int, str]]]] = []
     key: str | None = None
     depth = 0
@@ -112,6 +112,8 @@ def _strings(text: str) -> list[tuple[str | None, list[tuple[int, str]]]]:
 
 
 def _decode(literal: str) -> str | None:
+    import ast   # here, as tokenize above (~7 ms)
+
     try:
         value = ast.literal_eval(literal)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
