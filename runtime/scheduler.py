@@ -239,6 +239,10 @@ class Scheduler:
         if address is not None and self.streams.get(address) is stream:
             if self._closing:  # the worker heard the close (or its nanny did) before its turn in the loop above
                 self._remove_worker(address, how="scheduler-close", expected=True, quiet=True)
+            elif stream.info.get("told_to_close"):
+                # a retired worker that closed its connection while the scheduler was still draining the close
+                # it sent (a fast worker, a loaded machine): the end it was asked for, not a lost connection
+                self._remove_worker(address, how=stream.info["told_to_close"], expected=True)
             else:
                 self._remove_worker(address, how="connection-closed", expected=False)
         client = stream.info.get("client")
@@ -565,6 +569,7 @@ class Scheduler:
             return False
         stream = self.streams.get(address)
         if stream is not None:
+            stream.info["told_to_close"] = "retired"
             stream.send({"op": "close", "reason": reason})
             await stream.drain(2.0)
         self._remove_worker(address, how="retired", expected=True)
