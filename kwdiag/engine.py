@@ -149,8 +149,8 @@ def _convert(v: str) -> Any:
 
 
 def _memo_key_part(v: Any) -> bool:
-    """Whether a field value can be part of a memo key: hashable, and a string short enough that a condition on
-    it never runs under the guarded (timed) regex engine."""
+    """Whether a field value can be part of a memo key: hashable and short (a user rule's ``re:`` condition runs
+    under the timed regex engine; on a short value a timeout is as unlikely on the first call as on a later one)."""
     return v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 512)
 
 

@@ -507,3 +507,31 @@ def test_what_is_not_a_printed_value_is_read_as_before():
     assert not pyrepr.looks_like_value(bracketed + "\n")
     assert pyrepr.log_lines("[1, 2, 'three']\n") is None
     assert pyrepr.log_lines("{'a': 'b'}") is None
+
+
+def test_printed_values_in_pastes_and_what_only_looks_like_one(tmp_path):
+    """A deep '[' is not a crash; kubectl --prefix logs are not taken for a value; a value in a markdown fence or
+    after IPython's Out[N]: is read; two processes' identical stamped lines under their own keys stay two (real
+    lines of two `dask worker` logs of one corpus run, as get_worker_logs(n=3) returns them)."""
+    import pprint
+    import re as _re
+
+    from kwdiag.pipeline import analyze
+    from kwdiag.readers import pyrepr
+
+    pyrepr.looks_like_value("[" * 5000 + "\n")   # no RecursionError
+    kube = Path(__file__).resolve().parent.parent / "sample_logs/corpus/cases/2.30.1/096-segv-cli-nn-random-mid-kubectl/w2.log"
+    assert not pyrepr.looks_like_value(kube.read_text()[:4096])
+    text = NOTEBOOK_SAMPLE.read_text()
+    for wrapped in ("```python\n" + text + "```\n", "Out[5]: \n" + text):
+        (tmp_path / "v.txt").write_text(wrapped)
+        assert len(analyze([str(tmp_path / "v.txt")], rules=RULES).deaths) == 4
+    case = Path(__file__).resolve().parent.parent / "sample_logs/corpus/cases/2025.9.1/069-killedworker-cli-nn-random-mid"
+    value = {}
+    for f in ("w0.log", "w2.log"):
+        lines = [x for x in (case / f).read_text().splitlines() if "distributed.nanny" in x]
+        value[_re.search(r"Start Nanny at: '([^']+)'", lines[0]).group(1)] = tuple(
+            (_re.search(r" - ([A-Z]+) - ", x).group(1), x) for x in reversed(lines))[:3]
+    (tmp_path / "kill.txt").write_text(pprint.pformat(value) + "\n")
+    assert sorted((d.cause, d.detail) for d in analyze([str(tmp_path / "kill.txt")], rules=RULES).deaths) == \
+        [("unknown", "close_timeout")] * 2

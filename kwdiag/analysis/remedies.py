@@ -98,7 +98,11 @@ def fill_template(text: str, obs: dict[str, Any]) -> str:
     (``[[A]]``: A or nothing), so a fix never reads 'a limit of the current limit'."""
     names = _names(text)
     # With each value's type: 1, 1.0 and True are equal keys but are written differently.
-    values = tuple((v, type(v)) for v in (obs.get(n, _ABSENT) for n in names))
+    # A float by its repr too: 0.0 and -0.0 are equal keys but are written differently.
+    values = tuple((v, type(v), repr(v) if isinstance(v, float) else None)
+                   for v in (obs.get(n, _ABSENT) for n in names))
+    if not all(v is _ABSENT or v is None or isinstance(v, (str, int, float)) for v, _, _ in values):
+        return _fill(text, obs)   # a container: (1,) and (True,) are equal keys too; filled each time
     key = (text, values)
     try:
         filled = _filled.get(key)

@@ -6,8 +6,8 @@ Covers: ``client.get_worker_logs()`` (a dict of address -> ``(level, message)`` 
 literals over several lines, which ``log_lines`` joins again), whole or cut off at any point (a paste that
 stops mid-value keeps the lines before the cut). Each log line comes with the line of the text it starts on
 and the dict key it is under (the worker's address, ``Scheduler``): the process that said it. Dask returns these
-lines newest first; their order is left to the timeline, which reads a stream whose times run backwards from
-its end (``kwdiag.timeline``).
+lines newest first; ``log_lines`` keeps the order printed, and the reader puts each key's lines in time order
+(``kwdiag.readers.text``).
 
 Does not cover: deciding what a line means (the rules), other Python values (a value holding no log line is not
 this shape: ``log_lines`` returns None), or JSON (``kwdiag.readers.jsonlog``; a file of JSON objects is not read
@@ -21,13 +21,17 @@ import json
 import re
 from typing import NamedTuple
 
-OPENERS = ("{", "[", "(")
 LEVEL_NAMES = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 # A line of a Dask log inside the value: a logger of Dask's (or kwdiag's, tornado's) in Dask's layout.
 _LOG_LINE = re.compile(r"\b(?:distributed|tornado|kwdiag)(?:\.\w+)* - [A-Z]+ - ")
 # A log line outside any literal (a line of the text that starts with a time stamp or a logger): the text is a log
 # (one whose first line happens to open with a bracket: "[2026-11-27 10:00:00] ..."), not a printed value.
 _RAW_LOG_LINE = re.compile(r"^[ \t]*(?:\[?\d{4}-\d\d-\d\d[ T]\d|(?:distributed|tornado|kwdiag)\.\w+)", re.M)
+# What a paste puts before the value: a markdown fence, IPython's "Out[N]:" prompt.
+_LEAD = re.compile(r"\A\s*(?:(?:```|~~~)[\w+-]*[ \t]*\n|Out\[\d+\]:[ \t]*)?\s*")
+# A value of Dask's log calls opens with its brackets and then a string (a key, a level, a line) or, with
+# timestamps=True, a number: not a name, as in "[pod/x/worker] ..." (kubectl logs --prefix) or "[INFO] ...".
+_VALUE_START = re.compile(r"""[\[{(][\s\[{(]*(?:[rRbBuU]{0,2}['"]|\d)""")
 
 
 class ValueLine(NamedTuple):
@@ -38,13 +42,13 @@ class ValueLine(NamedTuple):
 
 def looks_like_value(head: str) -> bool:
     """Whether a text starting with ``head`` may be a printed Python value (not JSON lines, not a log)."""
-    start = head.lstrip()
-    if not start.startswith(OPENERS) or _RAW_LOG_LINE.search(head):
+    start = head[_LEAD.match(head).end():]
+    if not _VALUE_START.match(start) or _RAW_LOG_LINE.search(head):
         return False
     first = start.split("\n", 1)[0]
     try:
         json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):   # "[[[[..." deeper than json's recursion limit
         return True
     return False  # a JSON object on the first line: JSON lines (a logging formatter's), not a printed value
 

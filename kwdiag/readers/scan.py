@@ -417,16 +417,28 @@ def _feed(body: bytes, lineno: int, starts, on_line: LineHandler, lookback: Look
     return count(b"\n")
 
 
-def scan_bytes(data: bytes, prefilter, on_line: LineHandler, lookback: Lookback | None = None) -> ScanStats:
-    """``scan`` of an input already read into memory (stdin, read ahead to see what it holds)."""
+def scan_bytes(data: bytes, prefilter, on_line: LineHandler, lookback: Lookback | None = None,
+               rest=None) -> ScanStats:
+    """``scan`` of an input already read into memory (stdin, read ahead to see what it holds), then of ``rest``
+    (the stream those bytes came from, when it was not read to its end)."""
     stats = ScanStats()
-    stream = io.BytesIO(data)
+    stream = io.BytesIO(data) if rest is None else _Then(data, rest)
     head = stream.read(BLOCK)
     if b"\x00" in head[:65536]:
         raise InputUnreadable("binary data (NUL bytes), not a text log")
     stats.head = head[:65536]
     _scan_blocks(head, stream, RegexFinder(prefilter), on_line, stats, lookback)
     return stats
+
+
+class _Then:
+    """The bytes already read, then the rest of their stream."""
+
+    def __init__(self, first: bytes, rest) -> None:
+        self.first, self.rest = io.BytesIO(first), rest
+
+    def read(self, n: int = -1) -> bytes:
+        return self.first.read(n) or self.rest.read(n)
 
 
 # ---------------------------------------------------------------- parallel scan of large plain files

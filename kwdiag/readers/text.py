@@ -459,7 +459,9 @@ def _read_printed_value(inp: Input, state: _FileState) -> ScanStats | None:
     if head[:2] == b"\x1f\x8b" or not pyrepr.looks_like_value(head.decode("utf-8", "replace")):
         return None
     if inp.path is None:
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(VALUE_MAX + 1)
+        if len(data) > VALUE_MAX:   # larger than a value is read whole: scanned as it comes, as any log
+            return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback, rest=sys.stdin.buffer)
     else:
         with open(inp.path, "rb") as f:
             data = f.read()
@@ -469,23 +471,28 @@ def _read_printed_value(inp: Input, state: _FileState) -> ScanStats | None:
             return None
         return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback)
     state.on_value(_in_time_order(lines))
-    return ScanStats(bytes=len(data), lines=data.count(b"\n") + 1, head=data[:65536], printed_value=True)
+    return ScanStats(bytes=len(data), lines=data.count(b"\n") + (not data.endswith(b"\n")), head=data[:65536],
+                     printed_value=True)
 
 
 def _in_time_order(lines: list[pyrepr.ValueLine]) -> list[pyrepr.ValueLine]:
     """Each key's lines oldest first: reversed where their times run backwards (Dask's ``get_logs`` is newest
-    first; a value printed some other way keeps its order), a stamped line told under several keys once."""
+    first; a value printed some other way, or without times, keeps its order); a key that repeats an earlier
+    key's lines (the nannies of one process) adds only the lines not seen before."""
     by_key: dict[str | None, list[pyrepr.ValueLine]] = {}
-    seen: set[str] = set()
     for line in lines:
-        if parse_prefix(line.text)[0] is not None:
-            # A logger's records are kept per process, so the nannies of one process (a LocalCluster's) each return
-            # all of them: a stamped line under a second key is the same record, not another process's.
-            if line.text in seen:
-                continue
-            seen.add(line.text)
         by_key.setdefault(line.key, []).append(line)
+    # A logger's records are kept per process, so the nannies of one process (a LocalCluster's) each return all of
+    # them: a key whose lines mostly came under an earlier key is that process's log again, and only its lines not
+    # seen yet are new. Separate processes (`dask worker` commands) share some lines word for word (the same
+    # message in the same millisecond): under a key of their own those are each process's.
+    seen: set[str] = set()
     out: list[pyrepr.ValueLine] = []
+    for key, group in list(by_key.items()):
+        texts = [x.text for x in group]
+        if seen and sum(t in seen for t in texts) * 2 > len(texts):
+            group = by_key[key] = [x for x in group if x.text not in seen]
+        seen.update(texts)
     for group in by_key.values():
         times = [t for t in (parse_prefix(x.text)[0] for x in group) if t is not None]
         down = sum(b < a for a, b in zip(times, times[1:]))
