@@ -241,12 +241,10 @@ class StreamAttributor:
         """The earliest process of this file that said "End worker" a little before ``e`` and holds no such frame:
         `dask worker` logs "End worker" in a ``finally`` and then dies of the exception that escaped its main, so
         several commands sharing a stream print their "End worker" lines, then their tracebacks (interleaved)."""
-        line, ts = line_and_time(e)
         for p in self.procs[-32:]:
             if p is self.current or "end" not in p.slots or p.slots.keys() & {"exit", "restart"} or entry_frame_told(p, e):
                 continue
-            eline, ets = line_and_time(p.slots["end"][0])
-            if 0 < line - eline <= ORPHAN_LINES and (ts is None or ets is None or 0 <= ts - ets <= ORPHAN_SECONDS):
+            if _soon_after(p.slots["end"][0], e):
                 return p
         return None
 
@@ -303,12 +301,10 @@ class StreamAttributor:
         N seconds, killing": no pid) and has not reported its exit yet: the nanny logs the kill, then the exit of the
         process it killed, so several nannies of one process closing at once print their kills and then as many
         exits (which kill goes with which exit the lines cannot tell; each is one death either way)."""
-        line, ts = line_and_time(e)
         for p in self.procs[-64:]:
             if set(p.slots) != {"escalate"} or (pid is not None and p.pid not in (None, pid)):
                 continue
-            kline, kts = line_and_time(p.slots["escalate"][-1])
-            if 0 < line - kline <= ORPHAN_LINES and (ts is None or kts is None or 0 <= ts - kts <= ORPHAN_SECONDS):
+            if _soon_after(p.slots["escalate"][-1], e):
                 return p
         return None
 
@@ -408,6 +404,14 @@ class StreamAttributor:
                 break
             else:
                 self.context.append(e)
+
+
+def _soon_after(earlier: Event, e: Event) -> bool:
+    """``e`` comes after ``earlier`` in their file, within ``ORPHAN_LINES`` lines and ``ORPHAN_SECONDS`` (when both
+    carry a time): close enough to be the next line of the same process's story."""
+    line, ts = line_and_time(e)
+    eline, ets = line_and_time(earlier)
+    return 0 < line - eline <= ORPHAN_LINES and (ts is None or ets is None or 0 <= ts - ets <= ORPHAN_SECONDS)
 
 
 def _fits(p: Incarnation, e: Event) -> bool:
