@@ -395,8 +395,13 @@ def lint_rules(rules: list[Rule], load_errors: Iterable[str] = ()) -> list[str]:
             if r.severity != "info" and not any(v.strip() for v in r.remediation.values()):
                 problems.append(f"{where}: a rule with a verdict needs a [remediation] text")
         for d in r.verdict.refines if r.verdict is not None else ():
-            if not any(_gives_detail(other, d) for other in rules):
-                problems.append(f"{where}: refines {d!r}, a detail no rule gives")
+            if d.startswith("rule:"):   # another rule's evidence
+                if d[5:] not in {o.id for o in rules} or d[5:] == r.id:
+                    problems.append(f"{where}: refines {d!r}, not another rule")
+                continue
+            cause, _, detail = d.rpartition("/")   # a detail, or cause/detail (that verdict only)
+            if not any(_gives_detail(other, detail) and cause in ("", other.verdict.cause) for other in rules):
+                problems.append(f"{where}: refines {d!r}, a {'verdict' if cause else 'detail'} no rule gives")
         for k, text in r.remediation.items():
             if k not in RUNTIMES:
                 problems.append(f"{where}: remediation for unknown runtime {k!r} (use {', '.join(RUNTIMES)})")

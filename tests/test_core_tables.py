@@ -69,6 +69,22 @@ KILL = _kill_after_close()
      "unknown", "close_timeout", 0.0, ["unrecoverable_exception/exception"]),
     # a signal the kill does not explain is not the nanny's
     ([KILL, vote("seg", "sudden_exit", "segfault", 0.7)], "sudden_exit", "segfault", 0.7, []),
+    # a refinement written cause/detail absorbs that verdict only: the exit hook's SIGTERM to a stray child ...
+    ([vote("reap", "chose_to_exit", "shutdown", 0.6, refines=["sudden_exit/sigterm"]),
+      vote("sig15", "sudden_exit", "sigterm", 0.3)], "chose_to_exit", "shutdown", 1 - 0.4 * 0.7, []),
+    # ... not a SIGTERM the process handled (its dask worker command was sent one), which says why the hook ran: a
+    # refinement of that rule (rule:ID) counts its vote for the SIGTERM ...
+    ([vote("reap", "chose_to_exit", "shutdown", 0.6, refines=["sudden_exit/sigterm"]),
+      vote("handled", "chose_to_exit", "sigterm", 0.5, refines=["rule:reap"])],
+     "chose_to_exit", "sigterm", 1 - 0.4 * 0.5, []),
+    ([vote("reap", "chose_to_exit", "shutdown", 0.6, refines=["sudden_exit/sigterm"]),
+      vote("handled", "chose_to_exit", "sigterm", 0.5)],
+     "chose_to_exit", "shutdown", 0.6 * (1 - 0.6 * 0.5), ["chose_to_exit/sigterm"]),
+    # ... and only that rule's: the whole cluster's close (shutdown too) explains the SIGTERM, not the reverse
+    ([vote("reap", "chose_to_exit", "shutdown", 0.6, refines=["sudden_exit/sigterm"]),
+      vote("handled", "chose_to_exit", "sigterm", 0.5, refines=["rule:reap"]),
+      vote("close", "chose_to_exit", "shutdown", 0.8, refines=["sigterm"])],
+     "chose_to_exit", "shutdown", 1 - 0.2 * 0.5 * 0.4, []),
 ])
 def test_decide(votes, cause, detail, confidence, disagreement):
     d = decide(votes)

@@ -596,3 +596,43 @@ def test_logs_printed_from_a_notebook_are_read_as_the_lines_they_hold(tmp_path):
     cut.write_text(text[: len(text) * 3 // 5])
     part, _ = deaths(cut)
     assert part and set(part) <= set(sigkills)
+
+
+def test_dask_worker_commands_sharing_one_log_each_die_of_the_sigterm_they_were_sent(tmp_path):
+    """Three ``dask worker`` commands whose output goes to one file (as ``srun`` gathers a job's stderr), stopped
+    together with SIGTERM (as SLURM cancels a job): one death each, by its address, of the SIGTERM it handled, none
+    extra. The same file without its time prefixes (a custom ``logging`` format, as in a job's ``worker.e``) reads
+    the same. (Dask before 2022 also printed "Exiting on signal 15", which names no process, and closed its nanny
+    without a reason: ``tests/test_timeline.py`` gives each command's line to one death.)"""
+    import re
+
+    address_file, log = tmp_path / "scheduler.json", tmp_path / "worker.e"
+    with dask_process("dask_scheduler", ["--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
+                                         str(address_file)], tmp_path / "scheduler.log", {}):
+        wait_until(address_file.exists, DEADLINE, 0.1, "the scheduler")
+        address = json.loads(address_file.read_text())["address"]
+        with open(log, "ab") as out:
+            workers = [subprocess.Popen(module_command("distributed.cli.dask_worker", address, "--nthreads", "1",
+                                                       "--host", "127.0.0.1", "--no-dashboard"),
+                                        stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=child_env({}))
+                       for _ in range(3)]
+        try:
+            with Client(address, timeout="60s") as client:
+                client.wait_for_workers(3, timeout=DEADLINE)
+                addresses = sorted(client.scheduler_info()["workers"])
+            for w in workers:
+                w.send_signal(signal.SIGTERM)
+            for w in workers:
+                w.wait(DEADLINE)
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.wait()
+    text = log.read_text()
+    assert text.count("Reason: signal-15") >= 3, text
+    expected = [(a, "chose_to_exit", "sigterm") for a in addresses]
+    (tmp_path / "unstamped.e").write_text(re.sub(r"(?m)^\d{4}-\d\d-\d\d [\d:,]+ - ", "", text))
+    for name in ("worker.e", "unstamped.e"):
+        deaths = analyze([str(tmp_path / name)]).deaths
+        assert sorted((d.address, d.cause, d.detail) for d in deaths) == expected, (name, deaths)

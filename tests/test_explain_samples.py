@@ -78,3 +78,19 @@ def test_evidence_lines_are_the_lines_in_the_files():
                     assert any(t.startswith(e.text[:60].rstrip("…")) for t in shown), (e.file, e.line, e.text)
                     continue
                 assert line.strip().startswith(e.text[:60].rstrip("…")), (e.file, e.line, e.text)
+
+
+def test_the_schedulers_log_alone_tells_a_close_that_gave_no_reason(tmp_path):
+    """Dask 2023.8.0 to 2024.8.0 log a close without a reason (``client.shutdown()``) as "Scheduler closing due to
+    unknown reason..." (two words in the reason): the scheduler's log alone, as pasted, shows each worker removed in
+    the cluster's close, with or without its time prefixes."""
+    import re
+
+    scheduler = SAMPLES / "dask-2024-client-shutdown" / "scheduler.log"
+    text = scheduler.read_text()
+    assert "Scheduler closing due to unknown reason..." in text
+    want = [("w1", "chose_to_exit", "shutdown"), ("w2", "chose_to_exit", "shutdown")]
+    assert sorted((d.worker, d.cause, d.detail) for d in analyze([str(scheduler)], rules=_rules()).deaths) == want
+    pasted = tmp_path / "paste.txt"
+    pasted.write_text(re.sub(r"(?m)^\d{4}-\d\d-\d\d [\d:,]+ - ", "", text))
+    assert sorted((d.worker, d.cause, d.detail) for d in analyze([str(pasted)], rules=_rules()).deaths) == want

@@ -204,13 +204,16 @@ def test_an_edited_rule_is_read_from_its_toml_not_from_a_stale_bundle(tmp_path):
 def test_lint_catches_a_dead_refinement_and_alternatives_of_a_known_cause(tmp_path):
     """A refinement of a detail no rule gives absorbs nothing (two such words lingered in 53 rules); only an
     unknown verdict names the classes its lines cannot tell apart."""
-    bad = GOOD.replace('weight = 0.7', 'weight = 0.7\nrefines = ["sigkill", "no_such_detail"]\n'
-                                       'alternatives = ["sudden_exit/sigkill"]')
+    bad = GOOD.replace('weight = 0.7', 'weight = 0.7\nrefines = ["sigkill", "no_such_detail", "sudden_exit/segfault", '
+                                       '"version_mismatch/segfault", "rule:no-such-rule", "rule:dask-nanny-kill-after-close"]\nalternatives = ["sudden_exit/sigkill"]')
     d = _write_rule(tmp_path, "my-rule", bad)
     rules, errors = load_rule_files([builtin_rules_dir(), d])
     problems = [p for p in lint_rules(rules, errors) if "my-rule" in p]
     assert any("refines 'no_such_detail', a detail no rule gives" in p for p in problems), problems
-    assert not any("refines 'sigkill'" in p for p in problems)
+    assert not any("refines 'sigkill'" in p or "refines 'sudden_exit/segfault'" in p for p in problems)
+    assert any("refines 'version_mismatch/segfault', a verdict no rule gives" in p for p in problems), problems
+    assert any("refines 'rule:no-such-rule', not another rule" in p for p in problems), problems
+    assert not any("rule:dask-nanny-kill-after-close" in p for p in problems)
     assert any("only an unknown verdict has alternatives" in p for p in problems), problems
     unknown = GOOD.replace('cause = "unrecoverable_exception"', 'cause = "unknown"').replace(
         'weight = 0.7', 'weight = 0.7\nalternatives = ["sudden_exit/sigkill", "not_a_cause/x"]')

@@ -447,19 +447,42 @@ def _whole_paste(case: str) -> list[str]:
     return (Path(__file__).resolve().parent.parent / "sample_logs" / case / "paste.txt").read_text().splitlines()
 
 
-def test_the_commands_reaping_of_the_worker_it_killed_is_that_workers_death(tmp_path):
-    """Eight `dask worker` commands (Dask 2021.12) whose stderr srun merged into one stream, all closing on SIGTERM:
-    per command the nanny's kill, the command's "End worker" and, at its exit, the reaping (by pid only) of the
-    worker child it killed, interleaved across commands. One death per worker (8), not one more per reaping line;
-    seven are named by their "Stopping worker" address, the eighth printed none."""
-    deaths = _paste_deaths(tmp_path, _whole_paste("pastes8/Xperiment-dask_ipca-E1-P8_W4_D512"))
-    assert len(deaths) == 8 and {d[1] for d in deaths} == {"chose_to_exit"}, deaths
-    assert sum(d[0].startswith("tcp://172.21.5.") for d in deaths) == 7
-
-
 def test_two_commands_failing_at_start_in_one_stream_are_two_failures(tmp_path):
     """Two `dask worker` commands whose nanny raised in Nanny.start (a handshake timeout): each logs "End worker" in
     the finally of its main and then dies of the exception, srun interleaving the two tracebacks line by line.
     Each command is one start-up failure."""
     deaths = _paste_deaths(tmp_path, _whole_paste("pastes8/Xperiment-Dask_ipca_wconf_same-E2-P4_W2_D256"))
     assert [d[1] for d in deaths] == ["unrecoverable_exception"] * 2, deaths
+
+
+def test_dask_worker_commands_stopped_together_in_one_file_each_handled_their_sigterm():
+    """A SLURM job's ``worker.e`` (pastes8, Dask ~2021.12 as a DEISA build, no time stamps): eight `dask worker`
+    commands on four nodes, cancelled together. Each printed "Exiting on signal 15" (naming no process) before its
+    nanny closed ("Closing Nanny at 'ADDR'", no reason in that release) and, its worker slow to stop, killed and
+    reaped it (by pid only, interleaved across commands). Eight deaths, not one more per reaping line, each of the
+    SIGTERM it handled (the reaping is how it ended, the signal why), each with one of the eight signal lines, none
+    with another node's nanny; the worker whose "Stopping worker" line is missing (known by its start banner) is the
+    one process of the file still alive when the last reaping comes, so that reaping is its."""
+    from kwdiag.pipeline import analyze
+
+    root = Path(__file__).resolve().parent.parent / "sample_logs/pastes8/Xperiment-dask_ipca-E1-P8_W4_D512"
+    deaths = analyze([str(root / "paste.txt")]).deaths
+    assert sorted((d.address, d.cause, d.detail) for d in deaths) == sorted(
+        (f"tcp://172.21.5.{a}", "chose_to_exit", "sigterm")
+        for a in ("14:34269", "14:40999", "10:36199", "10:38433", "11:33797", "11:36471", "15:42009", "15:46738"))
+    for d in deaths:
+        assert sum("Exiting on signal 15" in e.text for e in d.evidence) == 1, d.evidence
+        host = d.address.rsplit(":", 1)[0]
+        assert all(host in e.text for e in d.evidence if "Closing Nanny" in e.text), d.evidence
+    assert [e.text.split("pid=")[1].split()[0] for d in deaths if d.address.endswith(":36471")
+            for e in d.evidence if "reaping" in e.text] == ["63067"]
+
+
+def test_a_nannys_close_goes_only_to_a_worker_of_its_machine():
+    from kwdiag.timeline.streams import same_machine
+
+    assert same_machine("tcp://10.0.0.1:4000", "tcp://10.0.0.1:5000")
+    assert not same_machine("tcp://10.0.0.1:4000", "tcp://10.0.0.2:4000")
+    assert not same_machine("tcp://[::1]:4000", "tcp://[::2]:4000")
+    # a name and an address may be one machine; so may anything unknown
+    assert same_machine("tcp://node7:4000", "tcp://10.0.0.2:4000") and same_machine(None, "tcp://10.0.0.2:4000")

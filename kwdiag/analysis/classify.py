@@ -27,12 +27,13 @@ from kwdiag.analysis.memory import memory_trace
 from kwdiag.analysis.model import Death, Evidence
 from kwdiag.analysis.remedies import hints_for, observations
 from kwdiag.analysis.stack import Frame, crash_stack, named_frame
-from kwdiag.analysis.vote import Decision, Vote, decide
+from kwdiag.analysis.vote import Decision, Vote, decide, refines_key
 from kwdiag.engine import Rule, RuleSet
 from kwdiag.events import Event
 from kwdiag.kinds import CONTEXT, LIFECYCLE, QUIET, START_LIKE
 from kwdiag.records import record
 from kwdiag.timeline import Incarnation, Timeline, known_ts, stream_of
+from kwdiag.timeline.streams import same_machine
 
 CRASH_WINDOW = 60.0  # crash evidence (tracebacks, dumps) counts if this close before/after the end
 ENV_WINDOW = 120.0  # environment evidence without a pid counts if this close in time
@@ -77,8 +78,8 @@ def _stream_context(inc: Incarnation, tl: Timeline) -> list[Event]:
     lo, hi = (end - CONTEXT_WINDOW, end + CONTEXT_WINDOW) if end is not None else (None, None)
     out = []
     for e in tl.context_between(inc.stream, lo, hi, CONTEXT):
-        if e.origin is not None and e.origin.line <= last_line + 20:
-            out.append(e)
+        if e.origin is not None and e.origin.line <= last_line + 20 and same_machine(inc.address, e.get("nanny")):
+            out.append(e)   # (not a nanny's close on another machine: several nodes' commands may share a file)
     return out
 
 
@@ -154,7 +155,7 @@ def vote(inc: Incarnation, tl: Timeline, events: list[Event], inp: Inputs) -> tu
             # an unknown that names its readings (the nanny's kill after a slow stop): only those may settle it
             open_question = False
             readings = {a for v in decision.kept if v.rule.verdict is not None for a in v.rule.verdict.alternatives}
-        fitting = [v for v in env_votes if open_question or decision.detail in v.refines
+        fitting = [v for v in env_votes if open_question or refines_key(v.refines, decision.cause, decision.detail)
                    or v.key == (decision.cause, decision.detail) or f"{v.cause}/{v.detail}" in readings]
         if fitting:
             votes = votes + fitting
@@ -327,7 +328,7 @@ def classify(tl: Timeline, rules: RuleSet, file_runtime: dict[str, str | None] |
     if timeless:
         votes, _ = collect_votes(timeless, rules)
         for v in votes:
-            fits = [i for i, d in enumerate(out) if d.failure and d.detail in v.refines]
+            fits = [i for i, d in enumerate(out) if d.failure and refines_key(v.refines, d.cause, d.detail)]
             if len(fits) == 1:
                 i = fits[0]
                 out[i] = classify_incarnation(ended[i], tl, inp, also=[v.event])

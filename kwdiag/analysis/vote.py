@@ -8,7 +8,8 @@ supported explanation wins; the strongest explanation it does not absorb lowers 
 only says the logs cannot tell) never competes with a vote for a real cause; but what an ``unknown`` vote
 ``refines`` among the signals that ended a process (``sudden_exit`` details) it explains: the nanny's kill
 of a worker that did not finish a close (whose reason the lines do not give) explains the SIGKILL that
-carries it out, so that signal is not read as an outside killer's (``_contenders``).
+carries it out, so that signal is not read as an outside killer's (``_contenders``). A refinement names a detail,
+a ``cause/detail``, or another rule (``rule:ID``: that rule's votes count for the refining vote's verdict).
 
 Does not cover: which events vote (``kwdiag.analysis.classify``) or what rules say (``rules/``).
 """
@@ -49,6 +50,14 @@ NO_DECISION = Decision("unknown", "no_evidence", 0.0, [], [])
 STOP_CAUSES = ("chose_to_exit", "nanny_memory_restart")   # causes that say why a worker was asked to stop
 
 
+def refines_key(refines: Iterable[str], cause: str, detail: str) -> bool:
+    """Whether a rule that ``refines`` these explains the verdict ``cause/detail``: an entry is a detail (whatever
+    the cause) or ``cause/detail`` (that verdict only: the exit hook's SIGTERM to a stray process is
+    ``sudden_exit/sigterm``, a SIGTERM the process handled is ``chose_to_exit/sigterm``); a ``rule:ID`` entry is
+    another rule's evidence, whatever its verdict (``_explained_rules``)."""
+    return any(r == detail or r == f"{cause}/{detail}" for r in refines)
+
+
 def combine(weights: Iterable[float]) -> float:
     p = 1.0
     for w in weights:
@@ -58,7 +67,7 @@ def combine(weights: Iterable[float]) -> float:
 
 def decide(votes: list[Vote]) -> Decision:
     """The verdict ``votes`` support best (see the module doc)."""
-    contenders, absorbable, others = _contenders(votes)
+    contenders, absorbable, others = _contenders(_explained_rules(votes))
     if not contenders:
         return NO_DECISION
     votes = contenders + absorbable + others
@@ -72,7 +81,7 @@ def decide(votes: list[Vote]) -> Decision:
         return combine(by_key[k].values())
 
     def absorbed(k):
-        return {j for j in by_key if j != k and j[1] in refines[k]}
+        return {j for j in by_key if j != k and refines_key(refines[k], *j)}
 
     def support(k):
         ws: dict[str, float] = dict(by_key[k])
@@ -86,7 +95,7 @@ def decide(votes: list[Vote]) -> Decision:
     win = ranked[0]
     absorbed_win = absorbed(win)
     only_absorbable = {v.key for v in absorbable} - {v.key for v in contenders + others}
-    rivals = [k for k in by_key if k != win and k not in absorbed_win and win[1] not in refines[k]
+    rivals = [k for k in by_key if k != win and k not in absorbed_win and not refines_key(refines[k], *win)
               and k not in only_absorbable]
     rival = max((own(k) for k in rivals), default=0.0)
     confidence = max(0.05, min(0.99, support(win) * (1.0 - 0.6 * rival)))
@@ -95,6 +104,19 @@ def decide(votes: list[Vote]) -> Decision:
     kept = [v for v in votes if v.key == win or v.key in absorbed_win]
     disagreement = [f"{c}/{d}" for c, d in sorted(rivals, key=own, reverse=True)]
     return Decision(win[0], win[1], confidence, kept, disagreement)
+
+
+def _explained_rules(votes: list[Vote]) -> list[Vote]:
+    """``votes`` with each vote of a rule that another vote's rule ``refines`` as ``rule:ID`` counted for that vote's
+    verdict: the refining evidence says why the refined one happened (a SIGTERM the `dask worker` command handled is
+    why it exited and its exit hook reaped the worker: ``shutdown`` of that hook alone, ``sigterm`` with the signal),
+    which a detail cannot say when the refined rule's verdict is also other rules' (a cluster's close is ``shutdown``
+    too, and explains a SIGTERM)."""
+    by_rule = {r[5:]: v.key for v in votes for r in v.refines if r.startswith("rule:") and v.cause != "unknown"}
+    if not by_rule:
+        return votes
+    return [Vote(v.rule, *by_rule[v.rule.id], v.weight, v.refines, v.event)
+            if by_rule.get(v.rule.id, v.key) != v.key else v for v in votes]
 
 
 def _contenders(votes: list[Vote]) -> tuple[list[Vote], list[Vote], list[Vote]]:
@@ -111,7 +133,8 @@ def _contenders(votes: list[Vote]) -> tuple[list[Vote], list[Vote], list[Vote]]:
     if not explainers:
         known = [v for v in votes if v.cause != "unknown"]
         return (known or votes), [], []
-    explained = {("sudden_exit", d) for v in explainers for d in v.refines}
+    explained = {("sudden_exit", d.rpartition("/")[2]) for v in explainers for d in v.refines
+                 if d.rpartition("/")[0] in ("", "sudden_exit")}
     readings = {a for v in explainers if v.rule.verdict is not None for a in v.rule.verdict.alternatives}
     stops = {v.detail for v in explainers}
     answers, others = [], []
@@ -119,7 +142,7 @@ def _contenders(votes: list[Vote]) -> tuple[list[Vote], list[Vote], list[Vote]]:
         if v.cause == "unknown" or v.key in explained:
             continue
         says_why = v.cause in STOP_CAUSES or v.cause == "sudden_exit" \
-            or f"{v.cause}/{v.detail}" in readings or bool(stops & set(v.refines))
+            or f"{v.cause}/{v.detail}" in readings or any(refines_key(v.refines, "unknown", d) for d in stops)
         (answers if says_why else others).append(v)
     signals = [v for v in votes if v.key in explained]
     if answers:

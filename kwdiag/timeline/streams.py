@@ -26,6 +26,8 @@ joins those and the files' processes into one set of incarnations).
 
 from __future__ import annotations
 
+import ipaddress
+
 from kwdiag.events import Event
 from kwdiag.kinds import NOT_ABOUT_THE_WORKER
 from kwdiag.timeline.model import SELF_STANDING, Incarnation, known_ts, slot_of
@@ -45,6 +47,8 @@ from kwdiag.timeline.repeats import (
 # file if it comes at most this many lines, and this many seconds, before the death's first end line.
 ORPHAN_LINES = 400
 ORPHAN_SECONDS = 30.0
+# Orphans a process prints at most once: the signal its `dask worker` command received.
+ONCE_PER_PROCESS = {"signal-received"}
 # A traceback printed again by the code that started a failed process comes within this of its end.
 REPEAT_SECONDS = 5.0
 # Kinds that follow an exit in a nanny's sequence and belong to the death just seen.
@@ -82,6 +86,7 @@ class StreamAttributor:
         self.current: Incarnation | None = None  # the process an unnamed line is about, while one at a time
         self.multi = False  # two processes were alive in this file at once
         self.nannies = 0
+        self.started: dict[int, Incarnation] = {}  # the processes that started and may not have ended yet
         self.orphans: list[Event] = []
         self.context: list[Event] = []  # lines that belong to no process (several share the file)
         self.awaiting_exit: list[Event] = []  # a nanny's lines before an exit it has not reported yet
@@ -169,6 +174,7 @@ class StreamAttributor:
         if e.kind in ("worker-start", "worker-spawn"):
             p = self._start(e, address, pid, inc)
             self._give(p, e, address, pid, inc)
+            self.started[id(p)] = p
             return
         if e.kind == "worker-name":
             target = self._latest_started()
@@ -275,8 +281,20 @@ class StreamAttributor:
         if slot == "fatal" and self._repeats_a_fatal(e):
             return None
         if slot in SELF_STANDING:
-            return self._new(e, pid=pid)
+            return (self._the_one_alive(pid) if slot == "reaped" else None) or self._new(e, pid=pid)
         return None
+
+    def _the_one_alive(self, pid: int | None) -> Incarnation | None:
+        """The only process of this file that started and has not ended, when there is exactly one: the worker child
+        that a parent's exit hook reaps (by pid only) is one that was still running, so that process (its own end
+        lines are missing from the paste). Not for other lines that name no process: a process that fails while
+        starting prints no start line, so the one started process alive is not the only candidate."""
+        for key in [k for k, p in self.started.items() if p.ended]:
+            del self.started[key]   # an ended process never lives again: each is dropped once (a long file stays linear)
+        if len(self.started) != 1:
+            return None
+        alive = next(iter(self.started.values()))
+        return alive if pid is None or alive.pid in (None, pid) else None
 
     def _dying_without(self, e: Event, pid: int | None) -> Incarnation | None:
         """The latest process of this file that is ending (an end line came a moment ago) and has no line
@@ -375,16 +393,24 @@ class StreamAttributor:
             line, ts = line_and_time(o)
             while j < len(anchors) and anchors[j][0][0] < line:
                 j += 1
-            target = None
-            if j < len(anchors):
-                (aline, ats), p = anchors[j]
-                close_in_time = ts is None or ats is None or 0 <= ats - ts <= ORPHAN_SECONDS
-                if aline - line <= ORPHAN_LINES and close_in_time:
-                    target = p
+            target = self._orphans_death(o, anchors, j)
             if target is not None:
                 target.add(o)
             else:
                 self.context.append(o)
+
+    @staticmethod
+    def _orphans_death(o: Event, anchors: list, j: int) -> Incarnation | None:
+        """The first death whose end follows orphan ``o`` closely (from ``anchors[j]`` on); for a line a process
+        prints once (``ONCE_PER_PROCESS``), the first that holds no such line yet: processes that share a file print
+        one each ("Exiting on signal 15" of several `dask worker` commands stopped together) before their ends."""
+        line, ts = line_and_time(o)
+        for (aline, ats), p in anchors[j:]:
+            if aline - line > ORPHAN_LINES or not (ts is None or ats is None or 0 <= ats - ts <= ORPHAN_SECONDS):
+                return None
+            if o.kind not in ONCE_PER_PROCESS or not any(x.kind == o.kind for x in p.events):
+                return p
+        return None
 
 
     def _give_awaiting_exit(self) -> None:
@@ -420,6 +446,9 @@ def _fits(p: Incarnation, e: Event) -> bool:
     and not a failed start after ``p``'s nanny said it was restarting it."""
     if not p.can_take(e):
         return False
+    if e.kind == "nanny-closing" and e.get("nanny") is not None and (
+            another_nannys_close(p, e) or not same_machine(p.address, e.get("nanny"))):
+        return False  # each process has one nanny, on its own machine
     if slot_of(e) == "startup" and "restart" in p.slots:
         return False  # its nanny is restarting it: a start that fails now is the next process's
     if slot_of(e) == "start-timeout" and ("restart" in p.slots or "exit" in p.slots):
@@ -432,6 +461,23 @@ def _fits(p: Incarnation, e: Event) -> bool:
     if slot_of(e) in ("memory", "memory-kill") and "restart" in p.slots:
         return False  # the nanny restarts it after its exit: a memory kill told after that is the next process's
     return not (slot_of(e) in BEFORE_EXIT and "exit" in p.slots and e.get("via") != "stderr_tail")
+
+
+def same_machine(address: str | None, other: str | None) -> bool:
+    """False only when both addresses are IP literals of different hosts (a name and an IP may be one machine)."""
+    hosts = [_ip_host(a) for a in (address, other)]
+    return None in hosts or hosts[0] == hosts[1]
+
+
+def _ip_host(address: str | None) -> str | None:
+    if not address or "://" not in address:
+        return None
+    host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host
 
 
 def _started(p: Incarnation) -> bool:
