@@ -498,6 +498,26 @@ def test_a_printed_value_cut_anywhere_keeps_the_lines_before_the_cut():
         assert texts[:-1] == whole[: max(0, len(texts) - 1)], cut
 
 
+def test_a_printed_value_after_the_words_or_the_code_that_printed_it_is_read(tmp_path):
+    """What users paste around the value: a sentence of theirs, the notebook cell's "In [N]:" line, the value, and
+    the next cells (the same call run again: its nannies' lines are the same lines, counted once). The same four
+    deaths as the value alone, each evidence line the paste's line its literal starts on."""
+    from kwdiag.pipeline import analyze
+
+    text = NOTEBOOK_SAMPLE.read_text()
+    alone = sorted((d.worker, d.cause, d.detail) for d in analyze([str(NOTEBOOK_SAMPLE)], rules=RULES).deaths)
+    assert len(alone) == 4
+    lead = "Here is what the workers logged before the job failed:\n\nIn [12]: pprint(client.get_worker_logs(nanny=True))\n"
+    again = "\nIn [13]: len(client.scheduler_info()['workers'])\nOut[13]: 2\n\nIn [14]: client.get_worker_logs(nanny=True)\n"
+    for paste in (lead + text, lead + text + again + "Out[14]: \n" + text):
+        (tmp_path / "paste.txt").write_text(paste)
+        deaths = analyze([str(tmp_path / "paste.txt")], rules=RULES).deaths
+        assert sorted((d.worker, d.cause, d.detail) for d in deaths) == alone
+        physical = paste.splitlines()
+        for e in (e for d in deaths for e in d.evidence):
+            assert e.text[:40].strip("'") in physical[e.line - 1], (e.line, e.text)
+
+
 def test_what_is_not_a_printed_value_is_read_as_before():
     from kwdiag.readers import pyrepr
 

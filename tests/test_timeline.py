@@ -429,6 +429,12 @@ def test_removed_worker_is_the_end_of_one_removal_or_a_removal_by_itself(tmp_pat
     assert [d[0] for d in _paste_deaths(tmp_path, [remove, removed])] == ["tcp://192.168.1.203:45998"]
     assert sorted(d[0] for d in _paste_deaths(tmp_path, [alone, remove, removed])) == \
         ["tcp://192.168.1.203:45998", "tcp://192.168.1.204:33518"]
+    # with time stamps (a layout that prints them): the two lines of one removal come moments apart; a "Removed
+    # worker" of the same address ten minutes later ends another removal (its first line cut off), another death
+    soon, later = "2017-08-03 10:00:00,120 - ", "2017-08-03 10:10:00,000 - "
+    first = "2017-08-03 10:00:00,100 - " + remove
+    assert len(_paste_deaths(tmp_path, [first, soon + removed])) == 1
+    assert len(_paste_deaths(tmp_path, [first, later + removed])) == 2
 
 
 def test_a_worker_process_repr_with_sigsegv_and_a_c_assertion_are_crashes(tmp_path):

@@ -4,7 +4,9 @@ Covers: ``client.get_worker_logs()`` (a dict of address -> ``(level, message)`` 
 (a list of such tuples), ``cluster.get_logs()`` (a dict of name -> the lines joined by newlines), with or without
 ``timestamps=True``, printed (``print``: one line) or pretty-printed (``pprint``: long strings cut into adjacent
 literals over several lines, which ``log_lines`` joins again), whole or cut off at any point (a paste that
-stops mid-value keeps the lines before the cut). Each log line comes with the line of the text it starts on
+stops mid-value keeps the lines before the cut), after a few lines of what a paste puts first (a sentence, a
+markdown fence, the cell's ``In [N]:`` code, ``Out[N]:``), and several values in one paste (a notebook's cells: a
+line one value shares with an earlier one is not counted again). Each log line comes with the line of the text it starts on
 and the dict key it is under (the worker's address, ``Scheduler``): the process that said it. Dask returns these
 lines newest first; ``log_lines`` keeps the order printed, and the reader puts each key's lines in time order
 (``kwdiag.readers.text``).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections import Counter
 from typing import NamedTuple
 
 LEVEL_NAMES = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
@@ -27,11 +30,12 @@ _LOG_LINE = re.compile(r"\b(?:distributed|tornado|kwdiag)(?:\.\w+)* - [A-Z]+ - "
 # A log line outside any literal (a line of the text that starts with a time stamp or a logger): the text is a log
 # (one whose first line happens to open with a bracket: "[2026-11-27 10:00:00] ..."), not a printed value.
 _RAW_LOG_LINE = re.compile(r"^[ \t]*(?:\[?\d{4}-\d\d-\d\d[ T]\d|(?:distributed|tornado|kwdiag)\.\w+)", re.M)
-# What a paste puts before the value: a markdown fence, IPython's "Out[N]:" prompt.
-_LEAD = re.compile(r"\A\s*(?:(?:```|~~~)[\w+-]*[ \t]*\n|Out\[\d+\]:[ \t]*)?\s*")
 # A value of Dask's log calls opens with its brackets and then a string (a key, a level, a line) or, with
-# timestamps=True, a number: not a name, as in "[pod/x/worker] ..." (kubectl logs --prefix) or "[INFO] ...".
-_VALUE_START = re.compile(r"""[\[{(][\s\[{(]*(?:[rRbBuU]{0,2}['"]|\d)""")
+# timestamps=True, a number: not a name, as in "[pod/x/worker] ..." (kubectl logs --prefix) or "[INFO] ...". It
+# starts a line of the paste, after IPython's "Out[N]:" prompt if any; what comes before it (a markdown fence, the
+# cell's "In [N]:" code, a sentence of the user's) is at most ``LEAD_LINES`` lines that are not log lines.
+_VALUE_START = re.compile(r"""^[ \t]*(?:Out\[\d+\]:[ \t]*)?(?P<value>[\[{(][\s\[{(]*(?:[rRbBuU]{0,2}['"]|\d))""", re.M)
+LEAD_LINES = 12
 
 
 class ValueLine(NamedTuple):
@@ -42,10 +46,10 @@ class ValueLine(NamedTuple):
 
 def looks_like_value(head: str) -> bool:
     """Whether a text starting with ``head`` may be a printed Python value (not JSON lines, not a log)."""
-    start = head[_LEAD.match(head).end():]
-    if not _VALUE_START.match(start) or _RAW_LOG_LINE.search(head):
+    m = _VALUE_START.search(head)
+    if m is None or head.count("\n", 0, m.start()) > LEAD_LINES or _RAW_LOG_LINE.search(head):
         return False
-    first = start.split("\n", 1)[0]
+    first = head[m.start("value"):].split("\n", 1)[0]
     try:
         json.loads(first)
     except (ValueError, RecursionError):   # "[[[[..." deeper than json's recursion limit
@@ -55,17 +59,24 @@ def looks_like_value(head: str) -> bool:
 
 def log_lines(text: str) -> list[ValueLine] | None:
     """The log lines the printed value ``text`` holds, in the order printed; None when it holds none (or when the
-    text is a log after all: a line of it, outside any literal, is a log line)."""
+    text is a log after all: a line of it, outside any literal, is a log line). Of several values (a notebook's
+    cells, the same call run again), a line a value shares with one before it is that line again, not a new one."""
     if _RAW_LOG_LINE.search(text):
         return None
     out: list[ValueLine] = []
-    for key, pieces in _strings(text):
-        joined = "".join(piece for _, piece in pieces)
-        offset = 0
-        for part in joined.split("\n"):
-            if part.strip() and part not in LEVEL_NAMES:   # ("INFO", "...") tuples: the level is its own string
-                out.append(ValueLine(_line_at(pieces, offset), key, part))
-            offset += len(part) + 1
+    seen: Counter = Counter()   # the (key, line)s of the values before this one, as many times as one held them
+    for strings in _strings(text):
+        mine: Counter = Counter()
+        for key, pieces in strings:
+            joined = "".join(piece for _, piece in pieces)
+            offset = 0
+            for part in joined.split("\n"):
+                if part.strip() and part not in LEVEL_NAMES:   # ("INFO", "...") tuples: the level is its own string
+                    mine[key, part] += 1
+                    if mine[key, part] > seen[key, part]:   # a line of an earlier value printed again is not new
+                        out.append(ValueLine(_line_at(pieces, offset), key, part))
+                offset += len(part) + 1
+        seen |= mine
     if not any(_LOG_LINE.search(v.text) for v in out):
         return None
     return out
@@ -80,22 +91,43 @@ def _line_at(pieces: list[tuple[int, str]], offset: int) -> int:
     return pieces[-1][0]
 
 
-def _strings(text: str) -> list[tuple[str | None, list[tuple[int, str]]]]:
-    """Each string of the value (not a dict key) as its literals, (line, decoded text) each: adjacent literals
-    are one string (Python's implicit concatenation, as pprint writes a long one), with the key of the outermost
-    dict it is under. A cut end stops the reading; what came before stands."""
+def _strings(text: str) -> list[list[tuple[str | None, list[tuple[int, str]]]]]:
+    """Per value printed in ``text``, each of its strings (not a dict key) as its literals, (line, decoded text) each:
+    adjacent literals are one string (Python's implicit concatenation, as pprint writes a long one), with the key of
+    the outermost dict it is under. A value is read from where it starts (``_VALUE_START``) to its closing bracket;
+    then the next one is looked for (a notebook's cells: "In [5]: ...", "Out[5]: {...}", "In [6]: ..."). A cut end
+    stops the reading; what came before stands."""
+    out: list[list[tuple[str | None, list[tuple[int, str]]]]] = []
+    pos = 0
+    while True:
+        m = _VALUE_START.search(text, pos)
+        if m is None:
+            return out
+        first_line = text.count("\n", 0, m.start("value")) + 1
+        out.append([])
+        end = _read_value(text[m.start("value"):], first_line, out[-1])
+        if end is None:
+            return out
+        pos = m.start("value") + end
+
+
+def _read_value(text: str, first_line: int, out: list) -> int | None:
+    """Add the strings of the value ``text`` starts with (``_strings``), its lines numbered from ``first_line``;
+    the offset in ``text`` just after its closing bracket, None when the text ends (or breaks off) inside it."""
     import tokenize   # here: most inputs are not printed values, and the import costs ~2 ms at start-up
 
-    out: list[tuple[str | None, list[tuple[int, str]]]] = []
     key: str | None = None
     depth = 0
     pending: list[tuple[int, str]] = []   # the literals of the string being read
+    starts = [0]   # the offset in ``text`` of each of its lines
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
             if tok.type == tokenize.STRING:
                 piece = _decode(tok.string)
                 if piece is not None:
-                    pending.append((tok.start[0], piece))
+                    pending.append((tok.start[0] + first_line - 1, piece))
                 continue
             if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
                 continue
@@ -108,11 +140,13 @@ def _strings(text: str) -> list[tuple[str | None, list[tuple[int, str]]]]:
             if tok.type == tokenize.OP:
                 depth += tok.string in "([{"
                 depth -= tok.string in ")]}"
+                if depth == 0:
+                    return starts[tok.end[0] - 1] + tok.end[1]
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass
     if pending:
         out.append((key, pending))
-    return out
+    return None
 
 
 def _decode(literal: str) -> str | None:

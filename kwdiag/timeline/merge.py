@@ -25,6 +25,7 @@ from kwdiag.timeline.model import REPEATABLE, Incarnation, known_ts, slot_of, st
 OVERLAP_TOLERANCE = 2.0  # seconds: the scheduler registers a worker a moment after it starts
 ANONYMOUS_JOIN = 5.0  # seconds between an unnamed exit line and the scheduler's removal of the same process
 ANONYMOUS_LINES = 12  # ... or lines between them, when the lines carry no time
+REMOVAL_SECONDS = 60.0  # at most between the "Remove worker X" and the "Removed worker X" of one removal
 CORE_SLOTS = ("exit", "memory", "memory-kill", "restart", "unregister", "crash", "fatal", "startup")
 
 
@@ -69,11 +70,13 @@ def _retells(cur: Incarnation, e: Event) -> bool:
     if e.kind == "worker-removed" and isinstance(stimulus, str) and stimulus and any(
             x.get("stimulus") == stimulus for x in cur.slots.get("removed", ())):
         return True
-    if e.kind == "worker-removed" and e.get("removal") == "finished":
-        # ``remove_worker`` logs "Remove worker X" first and "Removed worker X" last: one removal
-        removals = cur.slots.get("removed", ())
-        return bool(removals) and not any(x.get("removal") == "finished" for x in removals)
     ts = known_ts(e)
+    if e.kind == "worker-removed" and e.get("removal") == "finished":
+        # ``remove_worker`` logs "Remove worker X" first and "Removed worker X" last: one removal (one call: moments
+        # apart when both are timed; a removal of the same address much later is another process's)
+        removals = cur.slots.get("removed", ())
+        return bool(removals) and not any(x.get("removal") == "finished" for x in removals) and all(
+            ts is None or known_ts(x) is None or 0 <= ts - known_ts(x) <= REMOVAL_SECONDS for x in removals)
     if ts is None:
         return False
     pool = cur.events if e.kind == "worker-registered" else cur.slots.get(slot_of(e) or "", ())
