@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(cases, totals, grep_totals))
         return 0
     print(f"{'group':18s} {'cases':>5s}  kwdiag / grep baseline")
-    for group in sorted(totals):
+    for group in sorted(totals, key=natural):
         n = sum(1 for c in cases if c.group == group)
         print(f"{group:18s} {n:5d}  kwdiag {_fmt(totals[group])}")
         print(f"{'':18s} {'':5s}  grep   {_fmt(grep_totals[group])}")
@@ -363,7 +363,11 @@ user would write, one per class, each matching line counted as a death of its cl
   two words, which the rule's pattern did not read, so a scheduler's log of `client.shutdown()` showed eight
   workers vanishing (`unknown/abrupt_end`). The corpus has no version of that range; a real run of Dask 2024.8.0
   (`sample_logs/dask-2024-client-shutdown`) reproduced the line, and the rule reads it now: `pastes9` no longer
-  measures it blind. The held-out figure is on its own at the end.
+  measures it blind. To cover that range, the corpus gained Dask 2024.4.2 (2026-11-27, the base plan's 70 cases,
+  187 deaths; `sample_logs/corpus`), generated after those fixes but never read while writing rules: its first run
+  was 187 of 187 deaths right, precision 97.7 % (the 4 extra are restarted workers the final close ended, as in
+  the other versions), detail 181 of 187; the session's starting code gave the same. The held-out figure is on its
+  own at the end.
 
 """
 
@@ -381,7 +385,7 @@ def accuracy_page(cases: list[Case], rules) -> str:
         rows = []
         for collector, subset in sorted(by_collector.items()):
             t, g = scores(subset, rules)
-            versions = sorted({c.id.split("/")[0] for c in subset})
+            versions = sorted({c.id.split("/")[0] for c in subset}, key=natural)
             rows.append(_row(f"{collector} ({', '.join(versions)})", len(subset), _sum(t),
                              _sum(g)))
         out += [COLLECTOR_INTRO, TABLE_HEAD, *rows, ""]
@@ -434,6 +438,11 @@ TABLE_HEAD = ("| group | cases | deaths | kwdiag right | kwdiag precision | unkn
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 
 
+def natural(name: str) -> list:
+    """A sort key that orders the numbers in a name by value: dask 2024.4.2 before dask 2024.12.1."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
+
+
 def _sum(totals: dict) -> "Score":
     out = Score()
     for s in totals.values():
@@ -449,10 +458,10 @@ def _row(label: str, n: int, s: "Score", g: "Score") -> str:
 def markdown(cases: list[Case], totals: dict, grep_totals: dict, matrices: bool = True) -> str:
     """The per-group figures and confusion matrices as Markdown, kwdiag and the grep baseline side by side."""
     out = [TABLE_HEAD]
-    for group in sorted(totals):
+    for group in sorted(totals, key=natural):
         n = sum(1 for c in cases if c.group == group)
         out.append(_row(group, n, totals[group], grep_totals[group]))
-    for group in sorted(totals) if matrices else ():
+    for group in sorted(totals, key=natural) if matrices else ():
         out += ["", f"**{group}**: expected class (rows) against the class kwdiag reported (columns)", "", "```",
                 confusion_table(totals[group]), "```"]
     return "\n".join(out)

@@ -36,6 +36,7 @@ _RAW_LOG_LINE = re.compile(r"^[ \t]*(?:\[?\d{4}-\d\d-\d\d[ T]\d|(?:distributed|t
 # cell's "In [N]:" code, a sentence of the user's) is at most ``LEAD_LINES`` lines that are not log lines.
 _VALUE_START = re.compile(r"""^[ \t]*(?:Out\[\d+\]:[ \t]*)?(?P<value>[\[{(][\s\[{(]*(?:[rRbBuU]{0,2}['"]|\d))""", re.M)
 LEAD_LINES = 12
+MAX_VALUES = 1000   # values read in one text (a notebook's cells); a text of more small ones is some program's output
 
 
 class ValueLine(NamedTuple):
@@ -98,32 +99,39 @@ def _strings(text: str) -> list[list[tuple[str | None, list[tuple[int, str]]]]]:
     then the next one is looked for (a notebook's cells: "In [5]: ...", "Out[5]: {...}", "In [6]: ..."). A cut end
     stops the reading; what came before stands."""
     out: list[list[tuple[str | None, list[tuple[int, str]]]]] = []
-    pos = 0
-    while True:
+    stream = io.StringIO(text)   # each value is tokenized from where it starts, without copying the rest of the text
+    pos, lineno = 0, 1   # where the search goes on, and the text's line there
+    while len(out) < MAX_VALUES:
         m = _VALUE_START.search(text, pos)
         if m is None:
             return out
-        first_line = text.count("\n", 0, m.start("value")) + 1
+        lineno += text.count("\n", pos, m.start("value"))
+        stream.seek(m.start("value"))
         out.append([])
-        end = _read_value(text[m.start("value"):], first_line, out[-1])
+        end = _read_value(stream, lineno, out[-1])
         if end is None:
             return out
-        pos = m.start("value") + end
+        lineno += text.count("\n", m.start("value"), end)
+        pos = end
+    return out
 
 
-def _read_value(text: str, first_line: int, out: list) -> int | None:
-    """Add the strings of the value ``text`` starts with (``_strings``), its lines numbered from ``first_line``;
-    the offset in ``text`` just after its closing bracket, None when the text ends (or breaks off) inside it."""
+def _read_value(stream: io.StringIO, first_line: int, out: list) -> int | None:
+    """Add the strings of the value ``stream`` is at (``_strings``), its lines numbered from ``first_line``; the
+    offset in the text just after its closing bracket, None when the text ends (or breaks off) inside it."""
     import tokenize   # here: most inputs are not printed values, and the import costs ~2 ms at start-up
 
     key: str | None = None
     depth = 0
     pending: list[tuple[int, str]] = []   # the literals of the string being read
-    starts = [0]   # the offset in ``text`` of each of its lines
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
+    starts: list[int] = []   # the offset in the text of each line the tokenizer read
+
+    def readline() -> str:
+        starts.append(stream.tell())
+        return stream.readline()
+
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        for tok in tokenize.generate_tokens(readline):
             if tok.type == tokenize.STRING:
                 piece = _decode(tok.string)
                 if piece is not None:

@@ -37,6 +37,7 @@ VERSIONS: dict[str, tuple[str, list[str]]] = {
         "distributed==2023.6.1", "dask==2023.6.1", "tornado==6.3.2", "msgpack==1.0.5", "click==8.1.3",
         "cloudpickle==2.2.1", "toolz==0.12.0", "zict==3.0.0", "tblib==1.7.0", "psutil==5.9.5",
     ]),
+    "2024.4.2": ("3.11.7", ["distributed==2024.4.2", "dask==2024.4.2"]),
     "2024.12.1": ("3.11.7", ["distributed==2024.12.1", "dask==2024.12.1"]),
     "2025.9.1": ("3.11.7", ["distributed==2025.9.1", "dask==2025.9.1"]),
     "2026.8.0": ("3.11.7", ["distributed==2026.8.0", "dask==2026.8.0"]),
