@@ -636,3 +636,25 @@ def test_dask_worker_commands_sharing_one_log_each_die_of_the_sigterm_they_were_
     for name in ("worker.e", "unstamped.e"):
         deaths = analyze([str(tmp_path / name)]).deaths
         assert sorted((d.address, d.cause, d.detail) for d in deaths) == expected, (name, deaths)
+
+
+def test_a_worker_refused_for_a_name_another_worker_holds_is_told_so(tmp_path):
+    """A second ``dask worker --name w`` while w runs (a pod restarted under its old name, a copied command line):
+    the scheduler refuses the name, the worker raises while starting and its command exits 1. Its death says so
+    and names the fix (a unique name); the first w ends in the cluster's close (SIGTERM to it, then to the
+    scheduler); nothing else."""
+    with cli_cluster(tmp_path, {}, {}) as (client, address_file):
+        address = json.loads(address_file.read_text())["address"]
+        with open(tmp_path / "second.log", "wb") as out:
+            second = subprocess.run(module_command("distributed.cli.dask_worker", address, "--name", "w", "--nthreads",
+                                                   "1", "--host", "127.0.0.1", "--no-dashboard"),
+                                    stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=child_env({}),
+                                    timeout=DEADLINE)
+        assert second.returncode != 0, (tmp_path / "second.log").read_text()
+        assert list(client.scheduler_info()["workers"].values())[0]["name"] == "w"
+    report = analyze([str(tmp_path)])
+    assert sorted((d.worker, d.cause, d.detail) for d in report.deaths) == [
+        ("w", "chose_to_exit", "shutdown"), ("w", "unrecoverable_exception", "name_taken")], report.deaths
+    refused = next(d for d in report.deaths if d.detail == "name_taken")
+    assert any(e.file.endswith("second.log") and "name taken, w" in e.text for e in refused.evidence)
+    assert "already holds the name `w`" in refused.hints[0].text

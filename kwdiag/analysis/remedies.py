@@ -64,7 +64,7 @@ def observations(events: Iterable[Event], allowed_failures: int | None) -> dict[
             frac = float(tf)
         elif isinstance(f.get("percent"), int) and e.kind == "nanny-memory-terminate":
             frac = f.get("percent") / 100
-        for key in ("module", "package", "exception", "signal", "signal_name", "exitcode", "reason"):
+        for key in ("module", "package", "exception", "signal", "signal_name", "exitcode", "reason", "taken"):
             if f.get(key) is not None and key not in obs:
                 obs[key] = f.get(key)
     if limit and frac and not peak:
