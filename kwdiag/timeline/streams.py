@@ -87,6 +87,7 @@ class StreamAttributor:
         self.multi = False  # two processes were alive in this file at once
         self.nannies = 0
         self.started: dict[int, Incarnation] = {}  # the processes that started and may not have ended yet
+        self.started_seen = 32  # how many were alive when the ended were last dropped
         self.orphans: list[Event] = []
         self.context: list[Event] = []  # lines that belong to no process (several share the file)
         self.awaiting_exit: list[Event] = []  # a nanny's lines before an exit it has not reported yet
@@ -174,7 +175,7 @@ class StreamAttributor:
         if e.kind in ("worker-start", "worker-spawn"):
             p = self._start(e, address, pid, inc)
             self._give(p, e, address, pid, inc)
-            self.started[id(p)] = p
+            self._note_started(p)
             return
         if e.kind == "worker-name":
             target = self._latest_started()
@@ -284,13 +285,22 @@ class StreamAttributor:
             return (self._the_one_alive(pid) if slot == "reaped" else None) or self._new(e, pid=pid)
         return None
 
+    def _note_started(self, p: Incarnation) -> None:
+        self.started[id(p)] = p
+        if len(self.started) > 2 * self.started_seen:   # drop the ended now and then: a long file stays small
+            self._forget_ended()
+
+    def _forget_ended(self) -> None:
+        for key in [k for k, p in self.started.items() if p.ended]:
+            del self.started[key]   # an ended process never lives again: each is dropped once (linear in the file)
+        self.started_seen = max(32, len(self.started))
+
     def _the_one_alive(self, pid: int | None) -> Incarnation | None:
         """The only process of this file that started and has not ended, when there is exactly one: the worker child
         that a parent's exit hook reaps (by pid only) is one that was still running, so that process (its own end
         lines are missing from the paste). Not for other lines that name no process: a process that fails while
         starting prints no start line, so the one started process alive is not the only candidate."""
-        for key in [k for k, p in self.started.items() if p.ended]:
-            del self.started[key]   # an ended process never lives again: each is dropped once (a long file stays linear)
+        self._forget_ended()
         if len(self.started) != 1:
             return None
         alive = next(iter(self.started.values()))
@@ -405,7 +415,8 @@ class StreamAttributor:
         prints once (``ONCE_PER_PROCESS``), the first that holds no such line yet: processes that share a file print
         one each ("Exiting on signal 15" of several `dask worker` commands stopped together) before their ends."""
         line, ts = line_and_time(o)
-        for (aline, ats), p in anchors[j:]:
+        for k in range(j, len(anchors)):   # by index: a slice would copy the rest of a long file's deaths each time
+            (aline, ats), p = anchors[k]
             if aline - line > ORPHAN_LINES or not (ts is None or ats is None or 0 <= ats - ts <= ORPHAN_SECONDS):
                 return None
             if o.kind not in ONCE_PER_PROCESS or not any(x.kind == o.kind for x in p.events):
