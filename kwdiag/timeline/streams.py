@@ -18,7 +18,10 @@ Restarting", no pid) on every tick of the nanny's 100 ms monitor until the proce
 the nanny's restart are one death, unless more restarts follow than deaths were seen (two workers killed at
 once). A nanny's "Failed while trying to start worker process" and a worker's address-less "Stopping worker"
 are printed once per process: a second one in a shared stream is another process's (each of these signs is
-a test in ``kwdiag.timeline.repeats``).
+a test in ``kwdiag.timeline.repeats``). A nanny's close names the nanny's address: it goes only to a worker of that
+machine (when both are IP literals). An orphan that each process of a shared file prints once (the "Exiting on
+signal 15" of several `dask worker` commands stopped together) goes one to each death; a reaping by pid alone goes
+to the one started process still alive, when there is one.
 
 Does not cover: lines about other processes (the scheduler's, the environment's: ``kwdiag.timeline.merge``
 joins those and the files' processes into one set of incarnations).
