@@ -67,7 +67,10 @@ def test_evidence_lines_are_the_lines_in_the_files():
                     continue
                 text = Path(e.file).read_text(encoding="utf-8", errors="replace")
                 held = pyrepr.log_lines(text) if pyrepr.looks_like_value(text[:4096]) else None
-                if held is not None:  # a printed Python value: the evidence is a log line whose literal starts there
+                if held is None:   # a log with printed values among its lines (a notebook cell's output)
+                    held = [v for span in pyrepr.values_among_lines(text) or [] for v in span.lines]
+                if any(v.lineno == e.line for v in held):
+                    # a printed Python value: the evidence is a log line whose literal starts there
                     assert any(v.lineno == e.line and v.text.strip().startswith(e.text[:60].rstrip("…"))
                                for v in held), (e.file, e.line, e.text)
                     continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -555,3 +556,54 @@ def test_printed_values_in_pastes_and_what_only_looks_like_one(tmp_path):
     (tmp_path / "kill.txt").write_text(pprint.pformat(value) + "\n")
     assert sorted((d.cause, d.detail) for d in analyze([str(tmp_path / "kill.txt")], rules=RULES).deaths) == \
         [("unknown", "close_timeout")] * 2
+
+
+MIXED_SAMPLES = [Path(__file__).resolve().parent.parent / "sample_logs" / d / "cell_output.txt"
+                 for d in ("dask-notebook-mixed", "dask-notebook-mixed-pprint")]
+
+
+@pytest.mark.parametrize("cell", MIXED_SAMPLES, ids=["print", "pprint"])
+def test_a_cells_output_of_log_lines_and_a_printed_value_reads_each_as_what_it_is(cell, tmp_path):
+    """A notebook cell's real output (``make.py`` of dask-notebook-mixed): the cluster's stderr lines, then the
+    printed ``get_worker_logs()``. The value is read as a value (its lines had been read one by one: their
+    literals made up deaths), the stderr lines as lines, and a stderr line the value holds too once; the cell's
+    lines may come after the value too (the next cell's), and the same deaths come out with one line more after."""
+    from kwdiag.pipeline import analyze
+    from kwdiag.readers import pyrepr
+    from kwdiag.readers.text import read_events
+
+    text = cell.read_text()
+    spans = pyrepr.values_among_lines(text)
+    assert [s.first for s in spans] == [next(i for i, x in enumerate(text.splitlines(), 1) if x.startswith("{"))]
+    events, _, _ = read_events([str(cell)], RULES)
+    restarts = [e for e in events if e.kind == "worker-restarting"]
+    assert len(restarts) == 4 == len({e.ts for e in restarts})   # the 4 stderr lines are the value's 4 lines
+    want = sorted(("sudden_exit", "sigkill", f"process {p}") for p in set(re.findall(r"Worker process (\d+) was", text)))
+    assert len(want) == 4
+    got = sorted((d.cause, d.detail, d.worker) for d in analyze([str(cell)], rules=RULES).deaths)
+    assert got == want
+    # the next cell's stderr: a line read after the value (a real line of another run's nanny, another process)
+    later = next(x for x in (SAMPLES / "dask-sigkill" / "w1.log").read_text().splitlines() if "killed by signal" in x)
+    (tmp_path / "cell.txt").write_text(text + "\n" + later + "\n")
+    deaths = analyze([str(tmp_path / "cell.txt")], rules=RULES).deaths
+    assert sorted((d.cause, d.detail, d.worker) for d in deaths) == sorted(got + [("sudden_exit", "sigkill", "process 3536")])
+    physical = (tmp_path / "cell.txt").read_text().splitlines()
+    last = next(d for d in deaths if d.worker == "process 3536").evidence
+    assert [e.line for e in last] == [len(physical)]
+    for e in (e for d in deaths for e in d.evidence):   # every evidence line is the text's line its literal starts on
+        assert e.text[:23] in physical[e.line - 1], (e.line, e.text)
+
+
+def test_a_log_whose_lines_only_look_like_values_is_read_line_by_line_and_not_tokenized():
+    """Bracketed time stamps, kwdiag's JSON events, JSON logging records and a dict printed by a task: none holds a
+    log line in a literal; the check that looks for values costs a few finds over bytes."""
+    from kwdiag.readers import pyrepr
+
+    bracketed = "[2026-11-27 10:00:00,000] distributed.nanny - INFO - Worker process 7 was killed by signal 9\n" * 1000
+    assert pyrepr.values_among_lines(bracketed) is None
+    assert not pyrepr.may_hold_values(bracketed.encode())
+    jsonl = (SAMPLES / "kwdiag-graceful" / "scheduler.jsonl").read_bytes()
+    assert b'"20' in jsonl and not pyrepr.may_hold_values(jsonl)
+    record = '{"asctime": "2026-11-21 10:00:00,000", "name": "distributed.nanny", "message": "x"}\n'
+    assert pyrepr.values_among_lines("2026-11-21 10:00:00,000 - distributed.nanny - INFO - x\n" + record) is None
+    assert pyrepr.values_among_lines("{'rows': 3, 'when': '2026-11-21 10:00'}\n") is None

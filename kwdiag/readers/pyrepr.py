@@ -5,8 +5,9 @@ Covers: ``client.get_worker_logs()`` (a dict of address -> ``(level, message)`` 
 ``timestamps=True``, printed (``print``: one line) or pretty-printed (``pprint``: long strings cut into adjacent
 literals over several lines, which ``log_lines`` joins again), whole or cut off at any point (a paste that
 stops mid-value keeps the lines before the cut), after a few lines of what a paste puts first (a sentence, a
-markdown fence, the cell's ``In [N]:`` code, ``Out[N]:``), and several values in one paste (a notebook's cells: a
-line one value shares with an earlier one is not counted again). Each log line comes with the line of the text it starts on
+markdown fence, the cell's ``In [N]:`` code, ``Out[N]:``), several values in one paste (a notebook's cells: a
+line one value shares with an earlier one is not counted again), and values among the lines of a log
+(``values_among_lines``: a cell's output, the cluster's stderr lines around the printed value). Each log line comes with the line of the text it starts on
 and the dict key it is under (the worker's address, ``Scheduler``): the process that said it. Dask returns these
 lines newest first; ``log_lines`` keeps the order printed, and the reader puts each key's lines in time order
 (``kwdiag.readers.text``).
@@ -64,9 +65,61 @@ def log_lines(text: str) -> list[ValueLine] | None:
     cells, the same call run again), a line a value shares with one before it is that line again, not a new one."""
     if _RAW_LOG_LINE.search(text):
         return None
+    out = _new_lines(strings for _, strings in _strings(text))
+    if not any(_LOG_LINE.search(v.text) for v in out):
+        return None
+    return out
+
+
+class Span(NamedTuple):
+    """Where a printed value holding log lines sits among a log's lines (``values_among_lines``)."""
+    first: int   # its first line and last line (1-based, inclusive)
+    last: int
+    lines: list[ValueLine]   # its log lines not held by a value before it, in the order printed
+
+
+# The start of a log line inside a literal: a quote, then a time stamp or a logger of Dask's (pprint may cut the line
+# anywhere after). A log's own lines may start with a bracket too ("[2026-11-27 10:00:00] distributed..."); only a
+# value start with such a literal within its first lines is tokenized (a log of bracketed lines would otherwise be
+# tokenized line by line).
+_QUOTED_LOG = re.compile(r"""['"](?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d|(?:distributed|tornado|kwdiag)\.\w)""")
+_QUOTED_LOG_ANCHORS = tuple(q + w for q in (b"'", b'"') for w in (b"20", b"distributed.", b"tornado.", b"kwdiag."))
+
+
+def may_hold_values(data: bytes) -> bool:
+    """Whether ``data`` may hold a printed value of log lines (a quote before a time stamp or a logger), and is not
+    JSON lines (a first line that is a JSON object: kwdiag's events, a JSON logging formatter's records); cheap, no
+    regex: a log of any size is asked."""
+    first = data[:65536].lstrip().split(b"\n", 1)[0]
+    if first.startswith(b"{"):
+        try:
+            json.loads(first)
+            return False
+        except (ValueError, RecursionError):
+            pass
+    return any(a in data for a in _QUOTED_LOG_ANCHORS)
+
+
+def values_among_lines(text: str) -> list[Span] | None:
+    """The printed values holding log lines among the lines of a log: a notebook cell's output, where the
+    cluster's own log lines (stderr) come before and after what ``print(client.get_worker_logs())`` shows. Each
+    value's lines are what ``log_lines`` reads of it (a line an earlier value held is not new); None when no value
+    holds a log line. Values are looked for on any line, not only near the start (``looks_like_value``)."""
+    spans: list[Span] = []
+    seen: Counter = Counter()
+    for (first, last), strings in _strings(text, _QUOTED_LOG):
+        lines = _new_lines([strings], seen)
+        if any(_LOG_LINE.search(v.text) for v in lines):
+            spans.append(Span(first, last, lines))
+    return spans or None
+
+
+def _new_lines(values, seen: Counter | None = None) -> list[ValueLine]:
+    """The lines of ``values`` (each its strings, as ``_strings`` gives them) in the order printed, less those an
+    earlier value held (``seen``: the (key, line)s of the values before, as many times as one held them)."""
     out: list[ValueLine] = []
-    seen: Counter = Counter()   # the (key, line)s of the values before this one, as many times as one held them
-    for strings in _strings(text):
+    seen = Counter() if seen is None else seen
+    for strings in values:
         mine: Counter = Counter()
         for key, pieces in strings:
             joined = "".join(piece for _, piece in pieces)
@@ -78,8 +131,6 @@ def log_lines(text: str) -> list[ValueLine] | None:
                         out.append(ValueLine(_line_at(pieces, offset), key, part))
                 offset += len(part) + 1
         seen |= mine
-    if not any(_LOG_LINE.search(v.text) for v in out):
-        return None
     return out
 
 
@@ -92,13 +143,15 @@ def _line_at(pieces: list[tuple[int, str]], offset: int) -> int:
     return pieces[-1][0]
 
 
-def _strings(text: str) -> list[list[tuple[str | None, list[tuple[int, str]]]]]:
-    """Per value printed in ``text``, each of its strings (not a dict key) as its literals, (line, decoded text) each:
-    adjacent literals are one string (Python's implicit concatenation, as pprint writes a long one), with the key of
-    the outermost dict it is under. A value is read from where it starts (``_VALUE_START``) to its closing bracket;
-    then the next one is looked for (a notebook's cells: "In [5]: ...", "Out[5]: {...}", "In [6]: ..."). A cut end
-    stops the reading; what came before stands."""
-    out: list[list[tuple[str | None, list[tuple[int, str]]]]] = []
+def _strings(text: str, near: re.Pattern | None = None
+             ) -> list[tuple[tuple[int, int], list[tuple[str | None, list[tuple[int, str]]]]]]:
+    """Per value printed in ``text``, its first and last line and each of its strings (not a dict key) as its
+    literals, (line, decoded text) each: adjacent literals are one string (Python's implicit concatenation, as pprint
+    writes a long one), with the key of the outermost dict it is under. A value is read from where it starts
+    (``_VALUE_START``) to its closing bracket; then the next one is looked for (a notebook's cells: "In [5]: ...",
+    "Out[5]: {...}", "In [6]: ..."). A cut end stops the reading; what came before stands. With ``near``, a start
+    is read only when ``near`` matches within its first ``NEAR_LINES`` lines (not read: the next line is looked at)."""
+    out: list = []
     stream = io.StringIO(text)   # each value is tokenized from where it starts, without copying the rest of the text
     pos, lineno = 0, 1   # where the search goes on, and the text's line there
     while len(out) < MAX_VALUES:
@@ -106,14 +159,41 @@ def _strings(text: str) -> list[list[tuple[str | None, list[tuple[int, str]]]]]:
         if m is None:
             return out
         lineno += text.count("\n", pos, m.start("value"))
+        if near is not None and (not _near(text, m.start("value"), near) or _json(text, m)):
+            pos = text.find("\n", m.start("value")) + 1 or len(text)
+            continue
         stream.seek(m.start("value"))
-        out.append([])
-        end = _read_value(stream, lineno, out[-1])
+        strings: list = []
+        end = _read_value(stream, lineno, strings)
+        last = lineno + text.count("\n", m.start("value"), len(text) if end is None else end)
+        out.append(((lineno, last), strings))
         if end is None:
             return out
-        lineno += text.count("\n", m.start("value"), end)
-        pos = end
+        lineno, pos = last, end
     return out
+
+
+NEAR_LINES = 3
+
+
+def _json(text: str, start: re.Match) -> bool:
+    """Whether the line a value seems to start on is a JSON object or array (a JSON logging record, a kwdiag event)."""
+    end = text.find("\n", start.start("value"))
+    try:
+        json.loads(text[start.start("value"): len(text) if end < 0 else end])
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _near(text: str, start: int, pattern: re.Pattern) -> bool:
+    end = start
+    for _ in range(NEAR_LINES):
+        end = text.find("\n", end + 1)
+        if end < 0:
+            end = len(text)
+            break
+    return pattern.search(text, start, end) is not None
 
 
 def _read_value(stream: io.StringIO, first_line: int, out: list) -> int | None:

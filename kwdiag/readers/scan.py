@@ -418,10 +418,10 @@ def _feed(body: bytes, lineno: int, starts, on_line: LineHandler, lookback: Look
 
 
 def scan_bytes(data: bytes, prefilter, on_line: LineHandler, lookback: Lookback | None = None,
-               rest=None) -> ScanStats:
+               rest=None, on_block: Callable[[int], None] | None = None) -> ScanStats:
     """``scan`` of an input already read into memory (stdin, read ahead to see what it holds), then of ``rest``
     (the stream those bytes came from, when it was not read to its end)."""
-    stats = ScanStats()
+    stats = ScanStats(on_block=on_block)
     stream = io.BytesIO(data) if rest is None else _Then(data, rest)
     head = stream.read(BLOCK)
     if b"\x00" in head[:65536]:

@@ -13,12 +13,15 @@ the zone of the machine that wrote them).
 
 from __future__ import annotations
 
+import bisect
 import calendar
+import itertools
 import os
 import re
 import sys
 import time
 from dataclasses import field
+from collections import Counter
 from typing import Any, Callable, Iterable
 
 from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
@@ -153,6 +156,9 @@ class _FileState:
         self.first_bad_time: int | None = None
         self.json_events = 0
         self.json_records = 0  # JSON logging records (not kwdiag events)
+        # A log with printed values among its lines (``_read_mixed``): the number that orders a line of the log
+        # among the values' lines (the line itself is still the one shown).
+        self.renumber: Callable[[int], int] | None = None
 
     def on_line(self, lineno: int, raw: bytes, prev: bytes | None) -> None:
         try:
@@ -197,15 +203,16 @@ class _FileState:
                 return
         self._line(lineno, text, prev)
 
-    def on_value(self, lines: list[ValueLine]) -> None:
+    def on_value(self, lines: list[ValueLine], numbers: list[int] | None = None) -> None:
         """The log lines of a printed Python value (``pyrepr``), in time order: each one's place in that order
-        orders its event, the line it was printed on is shown, its dict key (a worker's address, ``Scheduler``)
-        says whose line it is. Every line is read, connection lines too (a value is small, and there is no
-        scanner to read back from at a removal)."""
+        (or ``numbers``, one per line) orders its event, the line it was printed on is shown, its dict key (a
+        worker's address, ``Scheduler``) says whose line it is. Every line is read, connection lines too (a value
+        is small, and there is no scanner to read back from at a removal)."""
         self._read_to = 1 << 62
         for position, line in enumerate(lines, 1):
             self.timeouts.where = (self.name, line.lineno)
-            self._text_line(position, line.text, None, self.rules.candidates(line.text), line.key, line.lineno)
+            number = position if numbers is None else numbers[position - 1]
+            self._text_line(number, line.text, None, self.rules.candidates(line.text), line.key, line.lineno)
 
     def _line(self, lineno: int, text: str, prev: bytes | None) -> None:
         candidates = self.rules.candidates(text)
@@ -223,6 +230,8 @@ class _FileState:
                    shown: int | None = None) -> None:
         if is_noise(text):
             return
+        if shown is None and self.renumber is not None:
+            lineno, shown = self.renumber(lineno), lineno
         origin = Origin(self.name, lineno, shown)
         unwrapped, wrapper_ts, who = unwrap_from(text)
         who = who or key
@@ -257,8 +266,8 @@ class _FileState:
         worker = fields.pop("worker", None)
         if ts is None:
             fields["ts_unknown"] = True
-        if rule.emit_kind == "worker-removed" and origin.line > self._read_to:
-            self._read_before(origin.line)
+        if rule.emit_kind == "worker-removed" and origin.at > self._read_to:
+            self._read_before(origin.at)   # the file's own line numbers: the scanner's look-back counts in them
         self.events.append(Event(
             ts=ts if ts is not None else 0.0,
             source=rule.emit_source,
@@ -415,7 +424,7 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
     state = _FileState(inp.name, rules, timeouts)
     try:
         tell = None if on_block is None else (lambda done: on_block(done, state.events))
-        stats = _read_printed_value(inp, state)
+        stats = _read_printed_value(inp, state, tell)
         if stats is None:
             stats = scan(inp.path, rules.prefilter, state.on_line, rules.anchors, tell, state.lookback)
     except InputUnreadable as exc:
@@ -441,13 +450,16 @@ def read_input(inp: Input, rules: RuleSet, timeouts: RuleTimeouts | None = None,
 
 
 VALUE_MAX = 16 << 20   # a printed Python value is read whole (a notebook's output); larger inputs are scanned
+MIXED_MAX = 4 << 20    # a log this small is looked through for printed values among its lines (a cell's output)
 
 
-def _read_printed_value(inp: Input, state: _FileState) -> ScanStats | None:
+def _read_printed_value(inp: Input, state: _FileState, tell: Callable[[int], None] | None = None
+                        ) -> ScanStats | None:
     """Read ``inp`` as a printed Python value holding log lines (``kwdiag.readers.pyrepr``: what a notebook shows
-    of ``client.get_worker_logs()``), each key's lines in time order (Dask gives them newest first); None, having
-    consumed nothing of a file, when it is not one. Stdin is peeked at; a value that holds no log line is then
-    scanned from memory like any other input."""
+    of ``client.get_worker_logs()``), each key's lines in time order (Dask gives them newest first), or as a small
+    log with such values among its lines (``_read_mixed``); None, having consumed nothing of a file, when it is
+    neither. Stdin is read ahead (up to ``MIXED_MAX``, or ``VALUE_MAX`` when it starts as a value); what holds
+    no value is then scanned from memory, and the rest of the stream after it, like any other input."""
     if inp.path is None:
         peek = getattr(getattr(sys.stdin, "buffer", None), "peek", None)   # a pipe's or a file's; not a test's
         head = peek(4096)[:4096] if peek is not None else b""
@@ -456,23 +468,76 @@ def _read_printed_value(inp: Input, state: _FileState) -> ScanStats | None:
             return None
         with open(inp.path, "rb") as f:
             head = f.read(4096)
-    if head[:2] == b"\x1f\x8b" or not pyrepr.looks_like_value(head.decode("utf-8", "replace")):
+    if head[:2] == b"\x1f\x8b":
         return None
+    whole = pyrepr.looks_like_value(head.decode("utf-8", "replace"))
     if inp.path is None:
-        data = sys.stdin.buffer.read(VALUE_MAX + 1)
-        if len(data) > VALUE_MAX:   # larger than a value is read whole: scanned as it comes, as any log
-            return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback, rest=sys.stdin.buffer)
-    else:
+        data = sys.stdin.buffer.read((VALUE_MAX if whole else MIXED_MAX) + 1)
+        if len(data) > (VALUE_MAX if whole else MIXED_MAX):   # more than is read whole: scanned as it comes
+            return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback, sys.stdin.buffer, tell)
+    elif whole or os.path.getsize(inp.path) <= MIXED_MAX:
         with open(inp.path, "rb") as f:
             data = f.read()
-    lines = pyrepr.log_lines(data.decode("utf-8", "replace"))
-    if lines is None:
-        if inp.path is not None:
-            return None
-        return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback)
-    state.on_value(_in_time_order(lines))
-    return ScanStats(bytes=len(data), lines=data.count(b"\n") + (not data.endswith(b"\n")), head=data[:65536],
-                     printed_value=True)
+    else:
+        return None
+    lines = pyrepr.log_lines(data.decode("utf-8", "replace")) if whole else None
+    if lines is not None:
+        state.on_value(_in_time_order(lines))
+        return ScanStats(bytes=len(data), lines=data.count(b"\n") + (not data.endswith(b"\n")), head=data[:65536],
+                         printed_value=True)
+    stats = _read_mixed(data, state) if len(data) <= MIXED_MAX else None
+    if stats is None and inp.path is None:
+        return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback, on_block=tell)
+    return stats
+
+
+def _read_mixed(data: bytes, state: _FileState) -> ScanStats | None:
+    """A log with printed values of log lines among its lines: a notebook cell's output, the cluster's own lines
+    (stderr) before and after what ``print(client.get_worker_logs())`` shows. The values are read as values (their
+    keys say whose each line is), the rest line by line; None when no value holds a log line. One numbering orders
+    both as things happened: a value's lines take as many numbers as the value has log lines, and the log's lines
+    after it move on by the difference (distances between lines keep their meaning). A log line that a value holds
+    too (the cluster printed it to stderr and kept it) is read once, from the value."""
+    if not pyrepr.may_hold_values(data):
+        return None
+    spans = pyrepr.values_among_lines(data.decode("utf-8", "replace"))
+    if spans is None:
+        return None
+    ordered = _in_time_order([v for span in spans for v in span.lines])
+    firsts = [span.first for span in spans]
+    counts = Counter(bisect.bisect_right(firsts, v.lineno) - 1 for v in ordered)
+    shifts = list(itertools.accumulate((counts[k] - (span.last - span.first + 1) for k, span in enumerate(spans)),
+                                       initial=0))
+    numbers, given = [], Counter()
+    for v in ordered:
+        k = bisect.bisect_right(firsts, v.lineno) - 1
+        numbers.append(spans[k].first + shifts[k] + given[k])
+        given[k] += 1
+    lasts = [span.last for span in spans]
+    state.renumber = lambda lineno: lineno + shifts[bisect.bisect_left(lasts, lineno)]
+    stats = scan_bytes(_without_values(data, spans), state.rules.prefilter, state.on_line, state.lookback)
+    state.renumber = None
+    state.on_value(ordered, numbers)
+    stats.bytes, stats.head = len(data), data[:65536]
+    return stats
+
+
+def _without_values(data: bytes, spans: list[pyrepr.Span]) -> bytes:
+    """``data`` with the values' lines emptied, and each log line a value holds too (as often as one key holds
+    it): the numbering of the lines stays."""
+    held: Counter = Counter()
+    for key in {v.key for span in spans for v in span.lines}:
+        held |= Counter(v.text for span in spans for v in span.lines if v.key == key)
+    lines = data.split(b"\n")
+    for span in spans:
+        lines[span.first - 1: span.last] = [b""] * (span.last - span.first + 1)
+    for i, line in enumerate(lines):
+        if line:
+            text = line.rstrip(b"\r").decode("utf-8", "replace")
+            if held[text] > 0:
+                held[text] -= 1
+                lines[i] = b""
+    return b"\n".join(lines)
 
 
 def _in_time_order(lines: list[pyrepr.ValueLine]) -> list[pyrepr.ValueLine]:
