@@ -310,3 +310,16 @@ def test_two_tasks_that_lost_the_same_workers_do_not_double_the_unseen_deaths(tm
     report = analyze([str(tmp_path)], rules=RULES)
     assert sorted((d.worker, d.incarnation) for d in report.deaths) == [("unseen worker", 1), ("unseen worker", 2)]
     assert sorted(len(b.deaths) for b in report.killed_workers) == [1, 2]
+
+
+def test_a_worker_that_never_registered_and_got_sigterm_did_not_give_up_waiting():
+    """Real Dask 2021.11.2 (corpus 039/040): a `dask worker` that kept "Waiting to connect" (the scheduler refused
+    its version) was ended by the final close's SIGTERM ("Exiting on signal 15"): that signal, not its
+    --death-timeout, ended the wait (was chose_to_exit/death_timeout)."""
+    from kwdiag.pipeline import analyze
+
+    cases = Path(__file__).resolve().parent.parent / "sample_logs" / "corpus" / "cases" / "2021.11.2"
+    for case in ("039-versions-cli-nn-fixed-start", "040-versions-cli-nonanny-random-start"):
+        log = cases / case / "w1.log"
+        assert "Exiting on signal 15" in log.read_text() and "Waiting to connect" in log.read_text()
+        assert [(d.cause, d.detail) for d in analyze([str(log)]).deaths] == [("chose_to_exit", "sigterm")], case

@@ -15,7 +15,7 @@ line it rests on, so the evidence a verdict shows is still a real line):
 * ``fact-died-of-exception``: a registered worker's process died of an exception of its own (a traceback
   through the ``dask worker`` command's or the nanny's entry, kwdiag's fatal record).
 * ``fact-gave-up-waiting``: it waited for the scheduler, never registered, and closed in an orderly way
-  (older Dask says nothing more when ``--death-timeout`` expires).
+  without a signal telling it to (older Dask says nothing more when ``--death-timeout`` expires).
 * ``fact-silent-exit``: the process ended itself with a non-zero status and its own lines, which are
   in the input, show no Python traceback: ``os._exit`` or a C-level ``exit``.
 * ``fact-restarted``: the nanny restarted it after an exit it did not ask for, and nothing says why.
@@ -310,7 +310,9 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
             facts.append(_fact("fact-never-registered", basis, stage=stage))
     if not unregistered and "fatal" in slots and exit_signal(inc) is None and not chose_first(inc):
         facts.append(_fact("fact-died-of-exception", inc.slots["fatal"][0]))
-    if not inc.registered and orderly and any(e.kind == "worker-waiting" for e in inc.events):
+    # a signal it received ("Exiting on signal 15") is what ended the wait, not its --death-timeout
+    if not inc.registered and orderly and any(e.kind == "worker-waiting" for e in inc.events) \
+            and not any(e.kind == "signal-received" for e in inc.events):
         facts.append(_fact("fact-gave-up-waiting", first_end))
     status = exit_status(inc)
     if status is not None and _own_lines(inc) and not _has_exception(evidence) and not chose_first(inc):

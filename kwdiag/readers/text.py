@@ -20,8 +20,8 @@ import os
 import re
 import sys
 import time
-from dataclasses import field
 from collections import Counter
+from dataclasses import field
 from typing import Any, Callable, Iterable
 
 from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts

@@ -472,8 +472,10 @@ def _fits(p: Incarnation, e: Event) -> bool:
         # terminates that process and starts another, and ``_on_exit`` ignores the old one's exit ("Ignore exit
         # of old process instance"): no exit or restart line is ever that process's
         return False
-    if slot_of(e) in ("memory", "memory-kill") and "restart" in p.slots:
-        return False  # the nanny restarts it after its exit: a memory kill told after that is the next process's
+    if slot_of(e) in ("memory", "memory-kill", "escalate") and "restart" in p.slots:
+        # the nanny restarts it after its exit: a memory kill, or a kill of a worker slow to close (the cluster's
+        # close), told after that is the next process's
+        return False
     return not (slot_of(e) in BEFORE_EXIT and "exit" in p.slots and e.get("via") != "stderr_tail")
 
 
