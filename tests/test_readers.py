@@ -582,9 +582,10 @@ def test_a_cells_output_of_log_lines_and_a_printed_value_reads_each_as_what_it_i
     assert len(want) == 4
     got = sorted((d.cause, d.detail, d.worker) for d in analyze([str(cell)], rules=RULES).deaths)
     assert got == want
-    # the next cell's stderr: a line read after the value (a real line of another run's nanny, another process)
+    # the next cell's stderr: a line read after the value (a real line of another run's nanny, another process);
+    # before it all, what the cell printed first (a list that only looks like a value of log lines)
     later = next(x for x in (SAMPLES / "dask-sigkill" / "w1.log").read_text().splitlines() if "killed by signal" in x)
-    (tmp_path / "cell.txt").write_text(text + "\n" + later + "\n")
+    (tmp_path / "cell.txt").write_text("['die-1', 'die-2']\n(1, 'x')\n" + text + "\n" + later + "\n")
     deaths = analyze([str(tmp_path / "cell.txt")], rules=RULES).deaths
     assert sorted((d.cause, d.detail, d.worker) for d in deaths) == sorted(got + [("sudden_exit", "sigkill", "process 3536")])
     physical = (tmp_path / "cell.txt").read_text().splitlines()

@@ -492,3 +492,16 @@ def test_a_nannys_close_goes_only_to_a_worker_of_its_machine():
     assert not same_machine("tcp://[::1]:4000", "tcp://[::2]:4000")
     # a name and an address may be one machine; so may anything unknown
     assert same_machine("tcp://node7:4000", "tcp://10.0.0.2:4000") and same_machine(None, "tcp://10.0.0.2:4000")
+
+
+def test_an_exit_does_not_join_a_worker_that_wrote_lines_after_it():
+    """Real Dask 2021.11.2 (corpus 032, a LocalCluster at INFO level, every process in one stream): a failed
+    worker process's "Worker process 22978 was killed by signal 15" (no address) was joined to a healthy worker
+    whose removal came a few lines after that process's traceback; that worker's own "Stopping worker at ..." comes
+    after the exit line, and a process writes nothing once it is gone. The healthy workers end in the close."""
+    from kwdiag.pipeline import analyze
+
+    case = Path(__file__).resolve().parent.parent / "sample_logs/corpus/cases/2021.11.2/032-workerclass-li-nn-fixed-start"
+    deaths = {d.worker: (d.cause, d.detail) for d in analyze([str(case)], rules=RULES).deaths}
+    assert deaths["0"] == deaths["2"] == ("chose_to_exit", "shutdown"), deaths
+    assert "process 22978" in deaths

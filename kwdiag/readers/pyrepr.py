@@ -160,7 +160,10 @@ def _strings(text: str, near: re.Pattern | None = None
             return out
         lineno += text.count("\n", pos, m.start("value"))
         if near is not None and (not _near(text, m.start("value"), near) or _json(text, m)):
-            pos = text.find("\n", m.start("value")) + 1 or len(text)
+            newline = text.find("\n", m.start("value"))
+            if newline < 0:
+                return out
+            lineno, pos = lineno + 1, newline + 1   # the next line is looked at
             continue
         stream.seek(m.start("value"))
         strings: list = []

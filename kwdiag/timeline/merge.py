@@ -472,7 +472,8 @@ def _join_unnamed_exits(j: _Joiner) -> None:
         for e in anchors:
             ts = known_ts(e)
             for line, pts, p in by_file.get(stream_of(e), ()):
-                if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u) or _started_after(p, e):
+                if j.find(index[id(p)]) != index[id(p)] or not compatible(p, u) or _started_after(p, e) \
+                        or _spoke_after_the_exit(p, u):
                     continue
                 if ts is not None and pts is not None:
                     gap = abs(ts - pts)
@@ -517,6 +518,22 @@ def _join_exits_to_removals(j: _Joiner) -> None:
             _, k, p = near[0]
             taken.add(k)
             j.join(index[id(p)], index[id(u)])
+
+
+def _spoke_after_the_exit(p: Incarnation, u: Incarnation) -> bool:
+    """``p`` wrote a line of its own (the worker process's, not its nanny's or the scheduler's) after the line that
+    told ``u``'s process exited, in that file: a process prints nothing once it is gone (its lines reach the shared
+    stream as it writes them), so ``p`` is another process."""
+    for x in u.slots.get("exit", ()):
+        if x.origin is None:
+            continue
+        for y in p.events:
+            if y.source != "worker" or y.origin is None or stream_of(y) != stream_of(x):
+                continue
+            tx, ty = known_ts(x), known_ts(y)
+            if (ty > tx) if tx is not None and ty is not None else y.origin.line > x.origin.line:
+                return True
+    return False
 
 
 def _started_after(p: Incarnation, e: Event) -> bool:
