@@ -381,6 +381,9 @@ user would write, one per class, each matching line counted as a death of its cl
   wrote lines of its own after the exit; a process writes nothing once it is gone, and such a join is refused
   now. Still counted wrong in `tests/test_corpus.py` (xfail): 2021.11.2 starts a LocalCluster worker whose class
   fails twice, and the two failed processes are two deaths where the labels count one worker (032, 033).
+  Then Dask 2022.6.1 (no version of 2022.1-2022.11 was in it; Python 3.10), the same 70 cases, generated after
+  those fixes and never read while writing rules: first run 188 of 188 right, precision 98.3 % (the 3 extra are
+  restarted workers the final close ended, as in the other versions), detail 179 of 188.
 
 """
 

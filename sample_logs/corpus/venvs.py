@@ -33,6 +33,11 @@ VERSIONS: dict[str, tuple[str, list[str]]] = {
         "cloudpickle==2.2.0", "toolz==0.12.0", "zict==2.2.0", "tblib==1.7.0", "psutil==5.9.4",
         "pyyaml==6.0", "jinja2==3.1.2", "urllib3<2",
     ]),
+    "2022.6.1": ("3.10.13", [
+        "distributed==2022.6.1", "dask==2022.6.1", "tornado==6.1", "msgpack==1.0.4", "click==8.1.3",
+        "cloudpickle==2.1.0", "toolz==0.11.2", "zict==2.2.0", "tblib==1.7.0", "psutil==5.9.1",
+        "pyyaml==6.0", "jinja2==3.1.2", "urllib3<2",
+    ]),
     "2023.6.1": ("3.11.7", [
         "distributed==2023.6.1", "dask==2023.6.1", "tornado==6.3.2", "msgpack==1.0.5", "click==8.1.3",
         "cloudpickle==2.2.1", "toolz==0.12.0", "zict==3.0.0", "tblib==1.7.0", "psutil==5.9.5",
