@@ -264,7 +264,7 @@ user would write, one per class, each matching line counted as a death of its cl
   restarted and the final close then ended: a real chosen exit the labels do not list.
 * `dask <version> · <collector>`: the same kind of runs with the logs collected another way (JSON records, a
   custom format, one merged compose or journald stream, kubectl's prefixed lines), for the newest and the
-  oldest version; summed per collector under *Per collector* below.
+  oldest version and 2021.11.2; summed per collector under *Per collector* below.
 * `pastes`, `pastes2`, ..., `pastes9`: fragments users pasted into public issue threads (and, in `pastes7` to `pastes9`,
   log blocks committed to repositories: notes, run logs, a blog post), labelled from what the thread established, nine collections made independently (`sample_logs/pastes*/README.md`). A third
   of each of the first two was held out while rules were written; `pastes3` and `pastes4` (both 2026-11-27) are
@@ -383,7 +383,9 @@ user would write, one per class, each matching line counted as a death of its cl
   fails twice, and the two failed processes are two deaths where the labels count one worker (032, 033).
   Then Dask 2022.6.1 (no version of 2022.1-2022.11 was in it; Python 3.10), the same 70 cases, generated after
   those fixes and never read while writing rules: first run 188 of 188 right, precision 98.3 % (the 3 extra are
-  restarted workers the final close ended, as in the other versions), detail 179 of 188.
+  restarted workers the final close ended, as in the other versions), detail 179 of 188. And the 40 collector
+  cases of 2021.11.2 (JSON logging, compose, kubectl, journald, a custom format; the collectors had been run on
+  2.30.1 and 2026.8.0 only): first run 135 of 135 right, precision 100 %.
 
 """
 
