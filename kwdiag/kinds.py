@@ -68,6 +68,7 @@ KINDS: dict[str, str] = {
     "worker-end": "the last line of a worker that ended on purpose (Dask's \"End worker\")",
     "worker-fatal": "an unrecoverable exception in the worker process itself (not in a task)",
     "worker-startup-failed": "the worker process failed to start (Dask's text)",
+    "worker-refused": "the scheduler refused a worker's registration: another worker holds its name (Dask's text)",
     "signal-received": "the dask command received a signal (Dask's text)",
     "memory-pressure": "the worker paused at high memory (Dask's text)",
     "scheduler-lost": "the connection to the scheduler broke (worker or client)",
@@ -138,7 +139,7 @@ START_LIKE = START | REGISTERED
 END = _group("worker-exit", "nanny-memory-terminate", "nanny-memory-escalate", "worker-restarting",
              "nanny-unregister", "worker-removed", "heartbeat-missed", "worker-closing", "nanny-closing",
              "worker-closed", "worker-end", "worker-fatal", "worker-startup-failed", "nanny-kill-after-close",
-             "fatal-signal", "worker-reaped", "nanny-start-timeout",
+             "fatal-signal", "worker-reaped", "nanny-start-timeout", "worker-refused",
              # the environment's word on a process
              "kernel-oom-kill", "k8s-status", "slurm-oom", "slurm-time-limit", "slurm-cancel",
              "yarn-kill")
@@ -149,7 +150,7 @@ DEATH = _group("worker-exit", "worker-removed", "worker-fatal")
 LIFECYCLE = _group("worker-exit", "worker-removed", "worker-closing", "worker-end", "worker-closed",
                    "worker-fatal", "heartbeat-missed", "nanny-memory-terminate", "nanny-closing",
                    "signal-received", "versions-mismatch", "worker-restarting", "nanny-unregister",
-                   "worker-startup-failed", "nanny-kill-after-close", "fatal-signal")
+                   "worker-startup-failed", "nanny-kill-after-close", "fatal-signal", "worker-refused")
 # Lines the classifier shows as context, never as evidence.
 QUIET = _group("worker-registered", "worker-name", "worker-info", "worker-start", "worker-spawn", "worker-waiting",
                "worker-connected")

@@ -658,3 +658,11 @@ def test_a_worker_refused_for_a_name_another_worker_holds_is_told_so(tmp_path):
     refused = next(d for d in report.deaths if d.detail == "name_taken")
     assert any(e.file.endswith("second.log") and "name taken, w" in e.text for e in refused.evidence)
     assert "already holds the name `w`" in refused.hints[0].text
+    # The scheduler's log alone (what is pasted from a Kubernetes scheduler pod): its refusal is the refused worker's
+    # death, not the holder's; beside the refused worker's own log, the same one death.
+    scheduler = tmp_path / "scheduler.log"
+    assert "Worker tried to connect with a duplicate name: w" in scheduler.read_text()
+    for inputs in ([scheduler], [scheduler, tmp_path / "second.log"]):
+        deaths = analyze([str(f) for f in inputs]).deaths
+        assert sorted((d.worker, d.cause, d.detail) for d in deaths) == [
+            ("w", "chose_to_exit", "shutdown"), ("w", "unrecoverable_exception", "name_taken")], (inputs, deaths)

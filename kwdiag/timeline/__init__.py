@@ -3,7 +3,8 @@
 Covers: ``build_timeline(events) -> Timeline``. Lines that speak for the process whose log they are in
 (a worker's or nanny's own lines, kwdiag's worker and nanny events) are attributed within their file
 (``streams``); lines about other processes (the scheduler's) form the scheduler's view; the views are
-joined into one ``Incarnation`` per process (``merge``). An incarnation with end evidence is a death;
+joined into one ``Incarnation`` per process (``merge``); a worker the scheduler refused for its name is a process
+of its own (``refused``). An incarnation with end evidence is a death;
 a worker restarted on a fixed port is a new incarnation per start or per end, never one per address.
 Cluster-wide lines (the scheduler closing, KilledWorker, task errors) and environment lines (kernel,
 Kubernetes, SLURM) are kept beside them for the classifier.
@@ -21,6 +22,7 @@ from kwdiag.events import Event
 from kwdiag.kinds import NAMED, SCHEDULER_VIEW, TASK_ERROR
 from kwdiag.timeline.environment import environment_deaths
 from kwdiag.timeline.merge import join_views, scheduler_view
+from kwdiag.timeline.refused import refused_deaths
 from kwdiag.timeline.model import (
     ENV_SOURCES,
     IncarnationSpan,
@@ -51,6 +53,7 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     streams: dict[str, list[Event]] = defaultdict(list)
     about_others: list[Event] = []
     named: list[Event] = []  # the scheduler's lines about a worker it names only by name
+    refused: list[Event] = []  # the scheduler's refusals of a worker for its name (not the name's holder)
     for e in events:
         if e.kind in TASK_ERROR:
             tl.task_errors.append(e)
@@ -68,6 +71,8 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             about_others.append(e)
         elif e.worker and e.kind in NAMED:
             named.append(e)
+        elif e.kind == "worker-refused":
+            refused.append(e)
         else:
             _cluster_fact(tl, e)
     procs: list[Incarnation] = []
@@ -85,6 +90,7 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     procs = join_views(procs)
     for e in named:
         _attach_by_name(tl, procs, e)
+    procs.extend(refused_deaths(refused, procs))   # after the names are given: none of these is the name's holder
     if not any(p.ended for p in procs):
         procs.extend(environment_deaths(tl.environment))
     _name_and_number(tl, procs)

@@ -38,6 +38,7 @@ SLOT_OF_KIND = keyed(END, {
     "worker-end": "end",                    # the last line of a worker that ended on purpose
     "worker-fatal": "fatal",                # an unrecoverable exception in the worker process itself
     "worker-startup-failed": "startup",     # the process failed while starting (before it registered)
+    "worker-refused": "startup",            # the scheduler refused its registration (its name was taken)
     "nanny-kill-after-close": "escalate",   # the nanny killed a worker that did not close in time
     "fatal-signal": "crash",                # a faulthandler dump or a shell's "Segmentation fault"
     "worker-reaped": "reaped",              # terminated by an exit hook as the process that started it exited
