@@ -608,3 +608,29 @@ def test_a_log_whose_lines_only_look_like_values_is_read_line_by_line_and_not_to
     record = '{"asctime": "2026-11-21 10:00:00,000", "name": "distributed.nanny", "message": "x"}\n'
     assert pyrepr.values_among_lines("2026-11-21 10:00:00,000 - distributed.nanny - INFO - x\n" + record) is None
     assert pyrepr.values_among_lines("{'rows': 3, 'when': '2026-11-21 10:00'}\n") is None
+
+
+NOTEBOOK_IPYNB = Path(__file__).resolve().parent.parent / "sample_logs" / "dask-notebook-ipynb" / "executed.ipynb"
+
+
+def test_a_jupyter_notebook_is_read_as_its_cells_outputs_each_line_shown_where_the_file_holds_it():
+    """A real notebook executed by a Jupyter kernel (``make.py`` of dask-notebook-ipynb): the cells' stderr (the
+    nannies' WARNING lines), the KilledWorker error and IPython's repr of ``get_worker_logs()``. Each output line
+    maps to the ``.ipynb`` line holding it as a JSON string; a stderr line the value holds too is read once, and
+    still dates the KilledWorker traceback after it (was: 13 deaths, 9 of them made up, read as a JSON file)."""
+    from kwdiag.readers import notebook
+    from kwdiag.readers.text import read_events
+
+    data = NOTEBOOK_IPYNB.read_bytes()
+    text, where = notebook.notebook_text(data)
+    physical = data.decode().splitlines()
+    assert len(text.splitlines()) == len(where)
+    for line, at in zip(text.splitlines(), where):
+        if line.strip():
+            stored = re.sub(r"\x1b\[[0-9;]*m", "", json.loads(physical[at - 1].strip().rstrip(",")))
+            assert line[:30] in stored, (line, at)
+    events, _, _ = read_events([str(NOTEBOOK_IPYNB)], RULES)
+    assert len([e for e in events if e.kind == "worker-restarting"]) == 4
+    killed = [e for e in events if e.kind == "killed-worker"]
+    assert len(killed) == 1 and not killed[0].get("ts_unknown") and killed[0].get("deaths") == 4
+    assert notebook.notebook_text(b'{"cells": 5}') is None and notebook.notebook_text(b"{not json") is None

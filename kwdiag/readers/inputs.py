@@ -30,7 +30,7 @@ class InputProblem:
 
 
 # In a directory, read files that look like logs; a file named on the command line is always read.
-LOG_SUFFIXES = {".log", ".jsonl", ".txt", ".out", ".err", ".gz", ".stderr", ".stdout", ".dmesg", ".journal", ""}
+LOG_SUFFIXES = {".log", ".jsonl", ".txt", ".out", ".err", ".gz", ".stderr", ".stdout", ".dmesg", ".journal", ".ipynb", ""}
 
 
 @record(frozen=True)

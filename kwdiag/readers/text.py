@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import calendar
+import dataclasses
 import itertools
 import os
 import re
@@ -28,7 +29,7 @@ from kwdiag.engine import MATCH_TIMEOUT, RuleSet, RuleTimeouts
 from kwdiag.escape import clean
 from kwdiag.events import Event, EventDecodeError, Origin, from_json_line
 from kwdiag.kinds import CONNECTION, DUPLICATED_BY_EVENTS, END, NEAR_REMOVAL
-from kwdiag.readers import jsonlog, pyrepr
+from kwdiag.readers import jsonlog, notebook, pyrepr
 from kwdiag.readers.dumps import attach_dumps
 from kwdiag.readers.inputs import Input, InputProblem, expand_inputs
 from kwdiag.readers.pyrepr import ValueLine
@@ -470,16 +471,21 @@ def _read_printed_value(inp: Input, state: _FileState, tell: Callable[[int], Non
             head = f.read(4096)
     if head[:2] == b"\x1f\x8b":
         return None
-    whole = pyrepr.looks_like_value(head.decode("utf-8", "replace"))
+    a_notebook = notebook.looks_like_notebook(head)
+    whole = not a_notebook and pyrepr.looks_like_value(head.decode("utf-8", "replace"))
+    limit = VALUE_MAX if whole or a_notebook else MIXED_MAX
     if inp.path is None:
-        data = sys.stdin.buffer.read((VALUE_MAX if whole else MIXED_MAX) + 1)
-        if len(data) > (VALUE_MAX if whole else MIXED_MAX):   # more than is read whole: scanned as it comes
+        data = sys.stdin.buffer.read(limit + 1)
+        if len(data) > limit:   # more than is read whole: scanned as it comes
             return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback, sys.stdin.buffer, tell)
-    elif whole or os.path.getsize(inp.path) <= MIXED_MAX:
+    elif os.path.getsize(inp.path) <= limit:
         with open(inp.path, "rb") as f:
             data = f.read()
     else:
         return None
+    held = notebook.notebook_text(data) if a_notebook else None
+    if held is not None:
+        return _read_notebook(data, *held, state)
     lines = pyrepr.log_lines(data.decode("utf-8", "replace")) if whole else None
     if lines is not None:
         state.on_value(_in_time_order(lines))
@@ -522,9 +528,23 @@ def _read_mixed(data: bytes, state: _FileState) -> ScanStats | None:
     return stats
 
 
+def _read_notebook(data: bytes, text: str, where: list[int], state: _FileState) -> ScanStats:
+    """A Jupyter notebook (``kwdiag.readers.notebook``): its cells' outputs read as a pasted cell's output would be
+    (log lines, printed values among them), each event shown at the line of the ``.ipynb`` that holds its text."""
+    body = text.encode("utf-8")
+    if _read_mixed(body, state) is None:
+        scan_bytes(body, state.rules.prefilter, state.on_line, state.lookback)
+    for i, e in enumerate(state.events):
+        at = e.origin.at if e.origin is not None else 0
+        if 1 <= at <= len(where):
+            state.events[i] = dataclasses.replace(e, origin=Origin(e.origin.file, e.origin.line, where[at - 1]))
+    return ScanStats(bytes=len(data), lines=data.count(b"\n") + (not data.endswith(b"\n")), head=body[:65536],
+                     printed_value=True)
+
+
 def _without_values(data: bytes, spans: list[pyrepr.Span]) -> bytes:
     """``data`` with the values' lines emptied, and each log line a value holds too (as often as one key holds
-    it): the numbering of the lines stays."""
+    it) cut to its time stamp: the numbering of the lines stays, and so does the time of the lines after it."""
     held: Counter = Counter()
     for key in {v.key for span in spans for v in span.lines}:
         held |= Counter(v.text for span in spans for v in span.lines if v.key == key)
@@ -536,8 +556,13 @@ def _without_values(data: bytes, spans: list[pyrepr.Span]) -> bytes:
             text = line.rstrip(b"\r").decode("utf-8", "replace")
             if held[text] > 0:
                 held[text] -= 1
-                lines[i] = b""
+                stamp = _STAMP_ONLY.match(line)   # kept: the time of the untimed lines after it (a traceback)
+                lines[i] = stamp.group() if stamp else b""
     return b"\n".join(lines)
+
+
+# A line's time stamp with the rest of Dask's prefix (logger, level): what dates the untimed lines after it.
+_STAMP_ONLY = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?\s+-\s+\S+\s+-\s+[A-Z]+\s+-\s")
 
 
 def _in_time_order(lines: list[pyrepr.ValueLine]) -> list[pyrepr.ValueLine]:
