@@ -634,3 +634,36 @@ def test_a_jupyter_notebook_is_read_as_its_cells_outputs_each_line_shown_where_t
     killed = [e for e in events if e.kind == "killed-worker"]
     assert len(killed) == 1 and not killed[0].get("ts_unknown") and killed[0].get("deaths") == 4
     assert notebook.notebook_text(b'{"cells": 5}') is None and notebook.notebook_text(b"{not json") is None
+
+
+def test_a_cells_value_shown_again_leading_empty_entries_and_a_dump_after_it(tmp_path):
+    """Three shapes a review found misread, all from real lines: the cell's value printed and then shown again as
+    ``Out[N]:`` (the second holds no new line, and is still a value, not log lines); a pretty-printed value whose first
+    keys hold no line (healthy workers' empty tuples at WARNING level: its first log line is many lines down); and a
+    worker's faulthandler dump after the cell's output (the dump is found at the file's own line)."""
+    import ast
+    import pprint
+
+    from kwdiag.pipeline import analyze
+
+    def deaths(text: str) -> list:
+        (tmp_path / "cell.txt").write_text(text)
+        return sorted((d.cause, d.detail, d.worker) for d in analyze([str(tmp_path / "cell.txt")], rules=RULES).deaths)
+
+    cell = MIXED_SAMPLES[0].read_text()
+    value = next(x for x in cell.splitlines() if x.startswith("{"))
+    assert deaths(cell + "Out[4]: " + value + "\n") == deaths(cell)
+    pretty = MIXED_SAMPLES[1].read_text()
+    assert deaths(pretty + pretty[pretty.index("{"):]) == deaths(pretty)
+
+    logs = ast.literal_eval(NOTEBOOK_SAMPLE.read_text())
+    padded = {f"tcp://10.0.0.{i}:4000": () for i in range(6)} | logs
+    assert deaths(pprint.pformat(padded) + "\n") == deaths(NOTEBOOK_SAMPLE.read_text())
+    stderr = next(msg for lines in logs.values() for _, msg in lines if "Restarting worker" in msg)   # its own stderr
+    assert deaths(stderr + "\n" + pprint.pformat(padded) + "\n") == deaths(NOTEBOOK_SAMPLE.read_text())
+
+    w1 = (SAMPLES / "dask-segfault" / "w1.log").read_text()
+    alone = [d for d in analyze([str(SAMPLES / "dask-segfault" / "w1.log")], rules=RULES).deaths if d.stack]
+    (tmp_path / "after.txt").write_text(pretty + w1)
+    after = [d for d in analyze([str(tmp_path / "after.txt")], rules=RULES).deaths if d.detail == "segfault"]
+    assert alone and after and len(after[0].stack) == len(alone[0].stack) > 0

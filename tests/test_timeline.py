@@ -505,3 +505,19 @@ def test_an_exit_does_not_join_a_worker_that_wrote_lines_after_it():
     deaths = {d.worker: (d.cause, d.detail) for d in analyze([str(case)], rules=RULES).deaths}
     assert deaths["0"] == deaths["2"] == ("chose_to_exit", "shutdown"), deaths
     assert "process 22978" in deaths
+
+
+def test_a_refusal_is_no_account_of_the_holders_end(tmp_path):
+    """The holder of a name dies of an OOM kill (its pod's status), its replacement is refused for the name, and the
+    scheduler's log has not removed the holder yet: the refusal is one death, the kill another (a refusal once hid
+    the environment's deaths, which are read only when no death of the cluster's own is seen). The refusal is
+    Dask 2026.8's real line; the pod block is kubectl describe's layout, as in test_readers."""
+    from kwdiag.pipeline import analyze
+
+    (tmp_path / "scheduler.log").write_text(
+        "2026-11-27 15:48:19,235 - distributed.scheduler - WARNING - Worker tried to connect with a duplicate name: w\n")
+    (tmp_path / "describe-pod.txt").write_text(
+        "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n")
+    deaths = analyze([str(tmp_path)], rules=RULES).deaths
+    assert sorted((d.cause, d.detail) for d in deaths) == [
+        ("sudden_exit", "oom_killer"), ("unrecoverable_exception", "name_taken")], deaths

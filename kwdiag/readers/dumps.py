@@ -42,9 +42,10 @@ def attach_dumps(path: str, events: list[Event]) -> None:
         if e.origin is None or not crashdump.is_fatal(e.message) or not isinstance(e.fields, dict) \
                 or "dump" in e.fields or e.fields.get("via") == "stderr_tail":
             continue
-        if e.origin.line not in wanted and len(wanted) >= MAX_DUMPS:
+        line = e.origin.at   # the file's own line (a log with printed values among its lines renumbers the order)
+        if line not in wanted and len(wanted) >= MAX_DUMPS:
             break
-        wanted.setdefault(e.origin.line, []).append(e)
+        wanted.setdefault(line, []).append(e)
     if not wanted:
         return
     try:

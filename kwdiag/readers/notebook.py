@@ -31,8 +31,10 @@ def notebook_text(data: bytes) -> tuple[str, list[int]] | None:
         doc = json.loads(data)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list) or not isinstance(doc.get("nbformat"), int) \
-            or doc["nbformat"] < 4:
+    if not isinstance(doc, dict):
+        return None
+    version = doc.get("nbformat")
+    if not isinstance(doc.get("cells"), list) or not isinstance(version, int) or version < 4:
         return None
     physical = data.decode("utf-8", "replace").split("\n")
     lines: list[str] = []

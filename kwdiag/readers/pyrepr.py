@@ -7,8 +7,8 @@ literals over several lines, which ``log_lines`` joins again), whole or cut off 
 stops mid-value keeps the lines before the cut), after a few lines of what a paste puts first (a sentence, a
 markdown fence, the cell's ``In [N]:`` code, ``Out[N]:``), several values in one paste (a notebook's cells: a
 line one value shares with an earlier one is not counted again), and values among the lines of a log
-(``values_among_lines``: a cell's output, the cluster's stderr lines around the printed value). Each log line comes with the line of the text it starts on
-and the dict key it is under (the worker's address, ``Scheduler``): the process that said it. Dask returns these
+(``values_among_lines``: a cell's output, the cluster's stderr lines around the printed value). Each log line comes
+with the line of the text it starts on and the dict key it is under (the worker's address, ``Scheduler``): the process that said it. Dask returns these
 lines newest first; ``log_lines`` keeps the order printed, and the reader puts each key's lines in time order
 (``kwdiag.readers.text``).
 
@@ -20,6 +20,7 @@ here).
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from collections import Counter
@@ -109,9 +110,11 @@ def values_among_lines(text: str) -> list[Span] | None:
     seen: Counter = Counter()
     for (first, last), strings in _strings(text, _QUOTED_LOG):
         lines = _new_lines([strings], seen)
-        if any(_LOG_LINE.search(v.text) for v in lines):
+        # a value that only repeats an earlier one (print(logs), then logs as Out[N]) is still a value: its lines
+        # are not read again, and not as the log's own lines either
+        if any(_LOG_LINE.search("".join(piece for _, piece in pieces)) for _, pieces in strings):
             spans.append(Span(first, last, lines))
-    return spans or None
+    return spans if any(span.lines for span in spans) else None
 
 
 def _new_lines(values, seen: Counter | None = None) -> list[ValueLine]:
@@ -123,24 +126,18 @@ def _new_lines(values, seen: Counter | None = None) -> list[ValueLine]:
         mine: Counter = Counter()
         for key, pieces in strings:
             joined = "".join(piece for _, piece in pieces)
-            offset = 0
+            ends = list(itertools.accumulate(len(piece) for _, piece in pieces))   # where each literal ends in it
+            offset = at = 0   # where the part starts in the joined string, and the literal that holds it
             for part in joined.split("\n"):
+                while at < len(ends) - 1 and offset >= ends[at]:   # forward only: linear in the literals
+                    at += 1
                 if part.strip() and part not in LEVEL_NAMES:   # ("INFO", "...") tuples: the level is its own string
                     mine[key, part] += 1
                     if mine[key, part] > seen[key, part]:   # a line of an earlier value printed again is not new
-                        out.append(ValueLine(_line_at(pieces, offset), key, part))
+                        out.append(ValueLine(pieces[at][0], key, part))
                 offset += len(part) + 1
         seen |= mine
     return out
-
-
-def _line_at(pieces: list[tuple[int, str]], offset: int) -> int:
-    """The text line of the literal that holds character ``offset`` of the joined string."""
-    for lineno, piece in pieces:
-        if offset < len(piece):
-            return lineno
-        offset -= len(piece)
-    return pieces[-1][0]
 
 
 def _strings(text: str, near: re.Pattern | None = None
@@ -159,7 +156,9 @@ def _strings(text: str, near: re.Pattern | None = None
         if m is None:
             return out
         lineno += text.count("\n", pos, m.start("value"))
-        if near is not None and (not _near(text, m.start("value"), near) or _json(text, m)):
+        skip = near is not None and (_RAW_LOG_LINE.match(text, m.start()) is not None   # a log's own line
+                                     or not _near(text, m.start("value"), near) or _json(text, m))
+        if skip:
             newline = text.find("\n", m.start("value"))
             if newline < 0:
                 return out
@@ -176,7 +175,7 @@ def _strings(text: str, near: re.Pattern | None = None
     return out
 
 
-NEAR_LINES = 3
+NEAR_LINES = 40   # a printed dict's first keys may hold no line (a healthy worker's empty tuple)
 
 
 def _json(text: str, start: re.Match) -> bool:

@@ -545,9 +545,13 @@ def _read_notebook(data: bytes, text: str, where: list[int], state: _FileState) 
 def _without_values(data: bytes, spans: list[pyrepr.Span]) -> bytes:
     """``data`` with the values' lines emptied, and each log line a value holds too (as often as one key holds
     it) cut to its time stamp: the numbering of the lines stays, and so does the time of the lines after it."""
+    per_key: dict[str | None, Counter] = {}
+    for span in spans:
+        for v in span.lines:
+            per_key.setdefault(v.key, Counter())[v.text] += 1
     held: Counter = Counter()
-    for key in {v.key for span in spans for v in span.lines}:
-        held |= Counter(v.text for span in spans for v in span.lines if v.key == key)
+    for counts in per_key.values():
+        held |= counts
     lines = data.split(b"\n")
     for span in spans:
         lines[span.first - 1: span.last] = [b""] * (span.last - span.first + 1)

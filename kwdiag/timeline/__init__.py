@@ -90,8 +90,9 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     procs = join_views(procs)
     for e in named:
         _attach_by_name(tl, procs, e)
+    deaths_seen = any(p.ended for p in procs)
     procs.extend(refused_deaths(refused, procs))   # after the names are given: none of these is the name's holder
-    if not any(p.ended for p in procs):
+    if not deaths_seen:   # a refusal is no account of the holder's end: the environment's (an OOM kill) may be
         procs.extend(environment_deaths(tl.environment))
     _name_and_number(tl, procs)
     return tl
