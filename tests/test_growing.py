@@ -62,3 +62,23 @@ def test_only_the_workers_whose_lines_changed_are_classified_again():
     assert growing.analyses == before + 1
     growing.deaths()  # nothing new: nothing classified
     assert growing.analyses == before + 1
+
+
+def test_a_killedworker_count_read_beside_one_workers_lines_makes_no_phantom_death():
+    """`kwdiag demo`'s real events (a run of 2026-11-27, tests/data/demo-run-events): two tasks end in KilledWorker
+    after two deaths each, then a worker with a missing plugin and one from another environment die. Each worker's
+    lines are classified with the cluster-wide ones, the two counts included; classified beside the plugin worker's
+    lines alone, the counts showed four deaths no line shows ("unseen worker"), and the live view announced two as
+    died. Replayed in time order, one event at a time as the run wrote them: no death is ever one only a count
+    shows, and the run's deaths are the final analysis's."""
+    data = Path(__file__).resolve().parent / "data" / "demo-run-events"
+    events = sorted((from_json_line(x) for f in sorted(data.glob("*.jsonl")) for x in f.read_text().splitlines()
+                     if x.strip()), key=lambda e: e.ts)
+    assert len({e.get("key") for e in events if e.kind == "killed-worker"}) == 2
+    growing = GrowingAnalysis(RULES)
+    for e in events:
+        growing.add([e])
+        assert not any(d.worker.startswith("unseen") for d in growing.deaths()), e
+    final = analyze_events(events, RULES).deaths
+    assert sorted((d.worker, d.incarnation, d.cause, d.detail) for d in growing.deaths()) == sorted(
+        (d.worker, d.incarnation, d.cause, d.detail) for d in final)

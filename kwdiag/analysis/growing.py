@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
+from kwdiag.analysis.blame import UNSEEN
 from kwdiag.analysis.model import Death
 from kwdiag.engine import RuleSet
 from kwdiag.events import Event
@@ -55,7 +56,11 @@ class GrowingAnalysis:
             self.analyses += 1
             # A bucket's deaths are its worker's, and those no bucket names (a pid-only exit among the cluster-wide
             # lines); these come from every bucket's analysis alike and are kept once, below.
-            self._deaths[worker] = [d for d in report.deaths if d.worker == worker or d.worker not in self._lines]
+            # A death only a KilledWorker's count shows is not one: the count covers every worker, and the deaths it
+            # counts are in other buckets (`kwdiag demo` announced two such phantoms); the final analysis, which
+            # sees all the lines, is the one to say whether a counted death has none.
+            self._deaths[worker] = [d for d in report.deaths if (d.worker == worker or d.worker not in self._lines)
+                                    and not d.worker.startswith(UNSEEN)]
         self._changed.clear()
         unique = {(d.worker, d.incarnation): d for ds in self._deaths.values() for d in ds}
         return sorted(unique.values(), key=lambda d: (d.at is None, d.at or 0.0, d.worker, d.incarnation))
