@@ -45,6 +45,8 @@ SYS_EXIT_FAIL_HARD_FROM = (2022, 4, 2)
 FAIL_HARD_LINE = "Forcibly exiting worker NOW"
 RESTARTING_LINE = "distributed.nanny - WARNING - Restarting worker"
 KILL_AFTER_CLOSE_LINE = "distributed.nanny - WARNING - Worker process still alive after"
+START_LINE = "Start worker at:"   # every worker process prints it once, when it listens
+FAILED_PROCESS_LINES = ("Process Dask Worker process (from Nanny):", "Failed to initialize Worker")
 # `dask worker` logs a SIGINT from 2022.5.1 ("Received signal SIGINT (2)"); before, only SIGTERM
 # ("Exiting on signal 15"), and a worker without a nanny then prints just "End worker".
 SIGINT_LOGGED_FROM = (2022, 5, 1)
@@ -97,9 +99,17 @@ def _restarted(death: dict, labels: dict) -> bool:
 
 
 def _count_in_logs(case_dir, line: str) -> int:
+    """How often ``line`` is in the case's log files (gzipped ones too)."""
+    import gzip
     from pathlib import Path
 
-    return sum(p.read_text(errors="replace").count(line) for p in Path(case_dir).glob("*.log"))
+    n = 0
+    for p in Path(case_dir).iterdir():
+        if p.name.endswith(".log"):
+            n += p.read_text(errors="replace").count(line)
+        elif p.name.endswith(".log.gz"):
+            n += gzip.decompress(p.read_bytes()).decode(errors="replace").count(line)
+    return n
 
 
 def fail_hard_printed(case_dir) -> bool:
@@ -125,8 +135,24 @@ def expected_deaths(labels: dict, case_dir=None) -> list[tuple[str, str | None]]
         seen = _visible(d["cause"], d.get("detail"), factors, _version(labels), _restarted(d, labels), printed)
         if seen is not None:
             out.append(seen)
+    if case_dir is not None and factors.get("nanny") == "nanny":
+        # a worker class that raises: the nanny may start it more than once, and each process is a death (each
+        # failed process says so once: multiprocessing's header over its traceback in 2.9.3 and 2.30.1, the
+        # process's own "Failed to initialize Worker" in 2021.11.2 and 2022.6.1)
+        init = [x for x, d in zip(out, labels.get("deaths", [])) if d.get("detail") == "worker_init_exception"] \
+            if len(out) == len(labels.get("deaths", [])) else []
+        if len(init) == 1:
+            failed = sum(_count_in_logs(case_dir, line) for line in FAILED_PROCESS_LINES)
+            out += init * max(0, failed - 1)
     if factors.get("launch") != "local_warning":
         out += [("chose_to_exit", None) for _ in labels.get("closed_alive", [])]
+        if case_dir is not None:
+            # Every process that printed its start ended by the case's end. One the labels do not account for
+            # (a replacement its nanny was starting when the cluster closed, a worker that hung before it
+            # registered) was ended by the final close, which is not always in time to count it alive.
+            unaccounted = _count_in_logs(case_dir, START_LINE) - len(labels.get("deaths", [])) \
+                - len(labels.get("closed_alive", []))
+            out += [("chose_to_exit", None)] * max(0, unaccounted)
     elif case_dir is not None:
         # At WARNING level the final close is silent, unless a worker the nanny restarted did not close in time: its
         # kill ("still alive after N seconds, killing", after the "Restarting worker") shows that process's end,

@@ -119,6 +119,44 @@ def test_a_violent_end_seconds_before_the_close_is_not_part_of_it(tmp_path, sign
     assert "fact-cluster-closed" not in kinds(facts_of(tmp_path, events))
 
 
+@pytest.mark.parametrize("after, inside", [(facts.CLOSE_AFTER_LINES, True), (facts.CLOSE_AFTER_LINES + 1, False)],
+                         ids=["just-inside", "just-outside"])
+def test_without_times_the_close_line_may_follow_the_end_in_the_same_file(tmp_path, after, inside):
+    """Old Dask's default layout has no times: in one stream (a LocalCluster's stderr) the workers' stops come
+    first and the scheduler's close after them, so the window is counted in lines of that file."""
+    untimed = [dict(e, fields=dict(e["fields"], ts_unknown=True)) for e in started() + closed(50.0)]
+    filler = [ev("scheduler", "client-connected", 50.0, worker=None, client=f"Client-{i}", ts_unknown=True)
+              for i in range(after - 1)]   # the close line is ``after`` lines after the last end line
+    close = ev("scheduler", "scheduler-close", 50.0, worker=None, reason=None, ts_unknown=True)
+    (tmp_path / "cluster.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [*untimed, *filler, close]))
+    tl = build_timeline(read_events([str(tmp_path / "cluster.jsonl")], RULES)[0])
+    (inc,) = tl.workers["w1"]
+    assert max(e.origin.line for e in inc.end_events) + after == len(untimed) + len(filler) + 1
+    assert ("fact-cluster-closed" in {f.kind for f in facts.derive_facts(inc, tl, gather(inc, tl))}) is inside
+
+
+def test_a_replacement_started_as_an_untimed_cluster_closed_did_not_give_up_waiting(tmp_path):
+    """Real Dask 2.9.3 (no times in its default layout): a task's os._exit(1), the nanny's restart, and the
+    LocalCluster's close while the replacement still waits to register. Every process that ended is a death: the
+    replacement ended in the close (not on a --death-timeout), as did the two healthy workers, whose stops come
+    before the scheduler's "Scheduler closing..." in the file."""
+    case = ROOT / "sample_logs" / "corpus" / "cases" / "2.9.3" / "018-osexit-li-nn-random-end"
+    lines = (case / "cluster.log").read_text().splitlines(keepends=True)
+    deaths = sorted((d.worker, d.cause, d.detail) for d in analyze([str(case / "cluster.log")], rules=RULES).deaths)
+    assert deaths == [("0", "chose_to_exit", "shutdown"), ("1", "unrecoverable_exception", "os_exit"),
+                      ("2", "chose_to_exit", "shutdown"), ("tcp://127.0.0.1:36827", "chose_to_exit", "shutdown")]
+    tl = build_timeline(read_events([str(case / "cluster.log")], RULES)[0])
+    (replacement,) = tl.workers["tcp://127.0.0.1:36827"]
+    assert {f.kind for f in facts.derive_facts(replacement, tl, gather(replacement, tl))} >= {"fact-cluster-closed"}
+    assert "fact-gave-up-waiting" not in {f.kind for f in facts.derive_facts(replacement, tl, gather(replacement, tl))}
+    # the same lines pasted without the scheduler's close: nothing says the cluster closed
+    cut = next(i for i, line in enumerate(lines) if "Scheduler closing..." in line)
+    (tmp_path / "cluster.log").write_text("".join(lines[:cut]))
+    deaths = sorted((d.worker, d.cause, d.detail) for d in analyze([str(tmp_path / "cluster.log")], rules=RULES).deaths)
+    assert deaths == [("0", "chose_to_exit", "ended"), ("1", "unrecoverable_exception", "os_exit"),
+                      ("2", "chose_to_exit", "ended"), ("tcp://127.0.0.1:36827", "chose_to_exit", "death_timeout")]
+
+
 @pytest.mark.parametrize("reason", sorted(reasons.NANNY_WENT))
 def test_the_nanny_going_counts_only_when_the_end_was_orderly(tmp_path, reason):
     """A nanny also closes after its worker crashed: its reason is the close's only for an orderly end."""
@@ -213,6 +251,7 @@ def _why(rule_id: str) -> str:
 def test_each_fact_rule_states_its_windows_and_reasons_with_the_layers_numbers():
     closed_why = _why("fact-cluster-closed")
     assert f"{facts.CLOSE_BEFORE:g} s before" in closed_why and f"{facts.CLOSE_AFTER:g} s after" in closed_why
+    assert f"at most {facts.CLOSE_AFTER_LINES} lines after" in closed_why
     for reason in facts.CLUSTER_REASONS:
         assert f"`{reason}`" in closed_why, reason
     for rule_id in ("fact-close-requested-retire", "fact-close-requested-restart"):

@@ -41,6 +41,7 @@ from kwdiag.timeline import Incarnation, Timeline, known_ts
 # tests/test_facts.py checks that the words and the numbers agree and tries every edge.
 CLOSE_BEFORE = 5.0  # an orderly end this long before the scheduler's close line is part of the close ...
 CLOSE_AFTER = 120.0  # ... and this long after it
+CLOSE_AFTER_LINES = 30  # ... or, without times, this many lines before it in the same file
 REQUEST_BEFORE = 120.0  # a retire/close/restart request counts for an end this long after it
 # Reasons a worker (or its nanny) gives for closing that mean the whole cluster is going away, given an
 # orderly end (kwdiag.reasons says why the nanny's are only so then).
@@ -182,7 +183,7 @@ def _cluster_close(inc: Incarnation, tl: Timeline) -> Event | None:
             continue  # it left for a reason of its own, not the scheduler's
         ts = known_ts(e)
         if end is None or ts is None:
-            if _same_file_before(e, inc):
+            if _same_file_near(e, inc):
                 return e
             continue
         if ts - CLOSE_BEFORE <= end <= ts + CLOSE_AFTER:
@@ -229,6 +230,16 @@ def _same_file_before(e: Event, inc: Incarnation) -> bool:
         return False
     ends = [x.origin.line for x in inc.end_events if x.origin is not None and x.origin.file == e.origin.file]
     return bool(ends) and e.origin.line <= min(ends)
+
+
+def _same_file_near(e: Event, inc: Incarnation) -> bool:
+    """Without times, the scheduler's close line of the file the worker's end is in: before that end, or
+    within ``CLOSE_AFTER_LINES`` after its last line (the lines' order in one stream stands in for
+    ``CLOSE_BEFORE``: a LocalCluster's stderr prints its workers' stops, then "Scheduler closing...")."""
+    if e.origin is None:
+        return False
+    ends = [x.origin.line for x in inc.end_events if x.origin is not None and x.origin.file == e.origin.file]
+    return bool(ends) and e.origin.line <= max(ends) + CLOSE_AFTER_LINES
 
 
 def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
@@ -288,7 +299,8 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
     first_end = min(inc.end_events, key=lambda e: (e.origin.line if e.origin else 0)) if inc.end_events else None
     orderly = _orderly(inc, tl)
     close = _cluster_close(inc, tl)
-    if close is not None and (orderly or _removed_by_the_close(inc, close)):
+    closed_by_the_cluster = close is not None and (orderly or _removed_by_the_close(inc, close))
+    if closed_by_the_cluster:
         facts.append(_fact("fact-cluster-closed", close, reason=close.get("reason")))
     request = _close_request(inc, tl)
     violent = bool(slots & VIOLENT_SLOTS) or exit_signal(inc) is not None or exit_status(inc) is not None
@@ -310,9 +322,10 @@ def derive_facts(inc: Incarnation, tl: Timeline, evidence: list[Event]) -> list[
             facts.append(_fact("fact-never-registered", basis, stage=stage))
     if not unregistered and "fatal" in slots and exit_signal(inc) is None and not chose_first(inc):
         facts.append(_fact("fact-died-of-exception", inc.slots["fatal"][0]))
-    # a signal it received ("Exiting on signal 15") is what ended the wait, not its --death-timeout
+    # a signal it received ("Exiting on signal 15") or the cluster's close (a replacement the nanny was
+    # starting when the cluster closed) is what ended the wait, not its --death-timeout
     if not inc.registered and orderly and any(e.kind == "worker-waiting" for e in inc.events) \
-            and not any(e.kind == "signal-received" for e in inc.events):
+            and not closed_by_the_cluster and not any(e.kind == "signal-received" for e in inc.events):
         facts.append(_fact("fact-gave-up-waiting", first_end))
     status = exit_status(inc)
     if status is not None and _own_lines(inc) and not _has_exception(evidence) and not chose_first(inc):

@@ -10,7 +10,7 @@ reach stderr is what Dask logs and, where a user's script would have crashed or 
 traceback Python formats for a real exception (KilledWorker, a task's ValueError, a cluster
 start-up failure).
 
-Must run on every Python from 3.8 (distributed 2.30.1) on, and on every distributed from 2.30.1.
+Must run on every Python from 3.8 (distributed 2.9.3 and 2.30.1) on, and on every distributed from 2.9.3.
 """
 
 from __future__ import annotations
@@ -678,9 +678,13 @@ class Run:
         def listening_pid():
             if self.death == "sigkill" and self.nanny:
                 # the nanny's worker process, as soon as it exists
+                # (spawn: the nanny's child runs spawn_main; forkserver, distributed 2.9's default:
+                # the worker is a child of the forkserver the nanny started)
                 try:
-                    for ch in psutil.Process(p.pid).children():
-                        if "spawn_main" in " ".join(ch.cmdline()):
+                    for ch in psutil.Process(p.pid).children(recursive=True):
+                        parent = ch.parent()
+                        if "spawn_main" in " ".join(ch.cmdline()) or (
+                                parent is not None and parent.pid != p.pid and "forkserver" in " ".join(parent.cmdline())):
                             return ch.pid
                 except psutil.NoSuchProcess:
                     pass

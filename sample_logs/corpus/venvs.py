@@ -18,6 +18,11 @@ PYENV = Path("/root/.pyenv/versions")
 
 # version -> (python, [requirements]). The requirements are the pins; pip resolves the rest.
 VERSIONS: dict[str, tuple[str, list[str]]] = {
+    "2.9.3": ("3.8.18", [
+        "distributed==2.9.3", "dask==2.9.2", "tornado==6.0.3", "msgpack==0.6.2", "click==7.0",
+        "cloudpickle==1.2.2", "toolz==0.10.0", "zict==1.0.0", "tblib==1.6.0", "psutil==5.6.7",
+        "pyyaml==5.3", "sortedcontainers==2.1.0", "setuptools<60",
+    ]),
     "2.30.1": ("3.8.18", [
         "distributed==2.30.1", "dask==2.30.0", "tornado==6.1", "msgpack==1.0.2", "click==7.1.2",
         "cloudpickle==1.6.0", "toolz==0.11.1", "zict==2.0.0", "tblib==1.7.0", "psutil==5.8.0",
