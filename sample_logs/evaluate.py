@@ -407,6 +407,16 @@ user would write, one per class, each matching line counted as a death of its cl
   After those fixes 187 of 188 (the expectation now counts 032's two processes); the one still wrong is 033
   (xfail): the same two failed processes at WARNING level, read as one death. Then the 40 collector cases of
   2.9.3 (after those fixes, never read while writing them): 135 of 135 right, precision 100 %.
+- 2026-11-27 (evening): real dask-jobqueue runs on a real SLURM (22.05, on this machine;
+  `sample_logs/slurm_jobqueue.py`): a job's time limit, a `scancel` mid-task, a memory limit reached twice then the
+  close. One general miss: a nanny's close told after its "Restarting worker" (the job's cancel as the cluster
+  closed) went to the process that had already exited, and the process being started stood alone as
+  `process N`, `sudden_exit/sigterm`, a failure that took a place in the KilledWorker's blame; it is the next
+  process's now (as a memory kill or a kill at the close already was), with its nanny's worker name.
+  Dask's source settles the same lines in one held-out paste, which was relabelled: in 2022.7.1
+  `WorkerProcess.kill` logs "Nanny asking worker to close" only for a process starting or running, so in
+  `pastes4/distributed-6831` that line, after an exit and "Restarting worker", is about the new process, which
+  its nanny's close ended (one more death, `chose_to_exit`; kwdiag counts it since the change).
 - `pastes10` (2026-11-27, 3 cases, 10 deaths, collected the same way after every change above, held out whole;
   repository files: a run log, a blog post, a README): its first run is the figure below, 9 of 10 right (90.0 %),
   precision 100 % (grep 9 of 10, precision 20.0 %), unchanged since. The miss is a lone `Removing worker ...

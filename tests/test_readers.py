@@ -101,6 +101,20 @@ def test_empty_file_and_empty_directory(tmp_path):
     assert ("error", "directory has no log files to read") in msgs
 
 
+def test_empty_files_in_a_directory_are_passed_over_quietly(tmp_path):
+    """A batch job's folder holds an empty .out beside every .err (dask-jobqueue under SLURM): nothing to warn of."""
+    (tmp_path / "dask-worker-4.out").write_bytes(b"")
+    (tmp_path / "dask-worker-4.err").write_bytes((SAMPLES / "dask-sigkill" / "w1.log").read_bytes())
+    r = _sigkill_report([tmp_path])
+    assert [p for p in r.problems if p.message == "empty input"] == [] and r.files == (str(tmp_path / "dask-worker-4.err"),)
+    assert [d.detail for d in r.deaths if d.failure] == ["sigkill"]
+    only_empty = tmp_path / "only-empty"   # a quiet run's only log may be empty: read, and said so
+    only_empty.mkdir()
+    (only_empty / "cluster.log").write_bytes(b"")
+    r = _sigkill_report([only_empty])
+    assert [(p.level, p.message) for p in r.problems] == [("warning", "empty input")] and r.deaths == ()
+
+
 def test_directory_is_read_recursively_and_merged(tmp_path):
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)

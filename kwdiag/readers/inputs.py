@@ -58,6 +58,13 @@ def _looks_like_log(p: Path) -> bool:
     return p.suffix in LOG_SUFFIXES or any(s in (".log", ".jsonl") for s in suffixes)
 
 
+def _is_empty(p: Path) -> bool:
+    try:
+        return p.stat().st_size == 0
+    except OSError:
+        return False   # unreadable: reading it reports why
+
+
 def expand_inputs(paths: Iterable[str]) -> tuple[list[Input], list[InputProblem]]:
     inputs: list[Input] = []
     problems: list[InputProblem] = []
@@ -75,6 +82,11 @@ def expand_inputs(paths: Iterable[str]) -> tuple[list[Input], list[InputProblem]
                     fp = Path(root) / f
                     if fp.is_file() and _looks_like_log(fp):
                         found.append(fp)
+            # An empty file beside others says nothing (a batch job's unused .out): not read, not warned of. A folder
+            # whose logs are all empty is read (each warned of: a quiet run's log may well be empty), and a file
+            # named on the command line always is.
+            if any(not _is_empty(fp) for fp in found):
+                found = [fp for fp in found if not _is_empty(fp)]
             if not found:
                 problems.append(InputProblem(display_name(raw), "directory has no log files to read"))
             for fp in found:

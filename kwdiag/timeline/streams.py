@@ -106,9 +106,11 @@ class StreamAttributor:
     # ------------------------------------------------------------------ processes
     def _new(self, e: Event, address: str | None = None, pid: int | None = None, inc: int | None = None,
              name: str | None = None) -> Incarnation:
+        cur = self.current
+        if name is None and not self.multi and cur is not None and "restart" in cur.slots:
+            name = cur.name  # one nanny's file: the process it starts after "Restarting worker" has the same name
         p = Incarnation(address=address, pid=pid, kw_incarnation=inc, name=name, stream=self.name,
                         order=(self.index, e.origin.line if e.origin else 0), host=e.host)
-        cur = self.current
         if (cur is not None and not cur.ended and _started(cur) and address is not None
                 and cur.address not in (None, address)):
             self.multi = True  # a line about another live worker: several workers share this file
@@ -475,6 +477,12 @@ def _fits(p: Incarnation, e: Event) -> bool:
     if slot_of(e) in ("memory", "memory-kill", "escalate") and "restart" in p.slots:
         # the nanny restarts it after its exit: a memory kill, or a kill of a worker slow to close (the cluster's
         # close), told after that is the next process's
+        return False
+    if (slot_of(e) in ("nanny-closing", "closing") or e.kind == "signal-received") and "restart" in p.slots \
+            and _explicit(e) == (None, None, None):
+        # ... and so is a close, or the signal that starts one, that names no process (a nanny restarts its worker
+        # only while it is not closing; Dask's "Nanny asking worker to close" is only for a process starting or
+        # running)
         return False
     return not (slot_of(e) in BEFORE_EXIT and "exit" in p.slots and e.get("via") != "stderr_tail")
 
