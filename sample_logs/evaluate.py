@@ -404,9 +404,11 @@ user would write, one per class, each matching line counted as a death of its cl
   just before the scheduler's `Scheduler closing...` were `ended`, not `shutdown`, and a replacement the nanny was
   starting when the cluster closed had "given up waiting" (`death_timeout`); without times the close line may
   now come up to 30 lines after the end in the same file, and a worker the close ended did not give up waiting.
-  After those fixes 187 of 188 (the expectation now counts 032's two processes); the one still wrong is 033
-  (xfail): the same two failed processes at WARNING level, read as one death. Then the 40 collector cases of
-  2.9.3 (after those fixes, never read while writing them): 135 of 135 right, precision 100 %.
+  After those fixes 187 of 188 (the expectation now counts 032's two processes); the one wrong was 033: the same
+  two failed processes at WARNING level, where only multiprocessing's two `Process Dask Worker process (from
+  Nanny):` tracebacks show them, untimed, read as one death. That header is written once per failed process, and
+  is read so now (188 of 188). Then the 40 collector cases of 2.9.3 (after the first fixes, never read while
+  writing them): 135 of 135 right, precision 100 %.
 - 2026-11-27 (evening): real dask-jobqueue runs on a real SLURM (22.05, on this machine;
   `sample_logs/slurm_jobqueue.py`): a job's time limit, a `scancel` mid-task, a memory limit reached twice then the
   close. One general miss: a nanny's close told after its "Restarting worker" (the job's cancel as the cluster

@@ -55,10 +55,7 @@ def test_the_corpus_covers_versions_and_shapes():
 # two deaths: corpus_expect counts them). At INFO level (032) the second start's failure lines go to the first failed
 # process and the second process's SIGTERM exit stands alone (sudden_exit/sigterm; it went to a healthy worker of
 # the same stream until that worker's later lines ruled it out).
-# First run on Dask 2.9.3 (2026-11-27, after the rules): the same two starts at WARNING level (033), where only
-# multiprocessing's two "Process Dask Worker process (from Nanny):" tracebacks show them, untimed: both tracebacks go
-# to one unnamed worker, one death for two processes.
-KNOWN_WRONG: set[str] = {"2021.11.2/032-workerclass-li-nn-fixed-start", "2.9.3/033-workerclass-lw-nn-random-start"}
+KNOWN_WRONG: set[str] = {"2021.11.2/032-workerclass-li-nn-fixed-start"}
 
 
 def _case_id(c: Path) -> str:
