@@ -410,8 +410,14 @@ user would write, one per class, each matching line counted as a death of its cl
   is read so now (188 of 188). Then the 40 collector cases of 2.9.3 (after the first fixes, never read while
   writing them): 135 of 135 right, precision 100 %.
 - 2026-11-27 (evening): real dask-jobqueue runs on a real SLURM (22.05, on this machine;
-  `sample_logs/slurm_jobqueue.py`): a job's time limit, a `scancel` mid-task, a memory limit reached twice then the
-  close. One general miss: a nanny's close told after its "Restarting worker" (the job's cancel as the cluster
+  `sample_logs/slurm_jobqueue.py`): a job's time limit, a `scancel` mid-task, adaptive scale-down, a memory limit
+  reached twice then the close (all right at once but the last), and a task's own program taking the job over its
+  `--mem`: SLURM's accounting kills the whole step, nanny and worker, and Dask writes nothing. That one was two
+  misses: slurmstepd's `exceeded memory limit (USED > LIMIT), being killed` was read by no rule (the cancel line
+  beside it made it `sudden_exit/cancelled`), and its lines, in the job's own output file, were deaths of their
+  own (three `unnamed worker`s) while the file's worker never ended; an environment line that names no process in
+  a file whose one live process started before it is that process's end now (`SLURMCluster-0`,
+  `sudden_exit/oom_killer`, with both numbers in the fix). The other general miss: a nanny's close told after its "Restarting worker" (the job's cancel as the cluster
   closed) went to the process that had already exited, and the process being started stood alone as
   `process N`, `sudden_exit/sigterm`, a failure that took a place in the KilledWorker's blame; it is the next
   process's now (as a memory kill or a kill at the close already was), with its nanny's worker name.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real dask-jobqueue runs on a real SLURM cluster, for the ``sample_logs/slurm-*`` scenarios.
 
-    python sample_logs/slurm_jobqueue.py memory|time-limit|cancel
+    python sample_logs/slurm_jobqueue.py memory|time-limit|cancel|job-memory|adapt
 
 Each scenario starts a ``dask_jobqueue.SLURMCluster`` (its scheduler in this process, each worker a SLURM batch
 job running ``dask worker`` with a nanny), does one thing to it, closes it, and writes
@@ -20,6 +20,11 @@ What each does:
   time limit (slurmstepd's ``DUE TO TIME LIMIT``, SIGTERM, SIGKILL after ``KillWait``).
 * ``cancel``: two worker jobs; the script runs ``scancel`` on the job whose worker runs a long task, as a user or
   an administrator would; the task reruns on the other worker.
+
+* ``job-memory``: one worker job with ``memory="500MB"``; a task runs a program of its own that takes 900 MB. The
+  nanny watches its worker process only; SLURM's accounting counts every process of the job and ends it.
+* ``adapt``: ``cluster.adapt(minimum=0, maximum=2)``, a burst of tasks, then idle: adaptive scaling retires the
+  workers and cancels their jobs.
 
 Needs, besides ``dask[distributed]`` and ``dask-jobqueue`` in the running Python (made with 2026.8.0 and 0.9.0), a
 SLURM controller and node on this machine. How the committed runs had one (Debian 12, as root; 2 cores):
@@ -68,6 +73,15 @@ def grow(mb: int) -> int:
     return len(blocks)
 
 
+def spawn_hog(mb: int) -> int:
+    """A task that runs a program of its own which takes ``mb`` MB (as a task calling a command-line tool does):
+    the nanny watches its worker process only; SLURM counts every process of the job."""
+    import subprocess as _sp
+    import sys as _sys
+
+    return _sp.run([_sys.executable, "-c", f"import time; b = bytearray({mb} * 2**20); time.sleep(60)"]).returncode
+
+
 def wait_until(cond, timeout: float, what: str) -> None:
     deadline = time.time() + timeout
     while not cond():
@@ -90,9 +104,9 @@ def run(scenario: str, out: Path) -> dict:
               scheduler_options={"host": "127.0.0.1"})
     if scenario == "time-limit":
         kw["walltime"] = "00:01:00"
-    if scenario == "memory":
+    if scenario in ("memory", "job-memory"):
         kw["memory"] = "500MB"
-    n = 2 if scenario == "cancel" else 1
+    n = 2 if scenario in ("cancel", "adapt") else 1
     cluster = SLURMCluster(**kw)
     cluster.scale(n)
     client = Client(cluster)
@@ -127,6 +141,20 @@ def run(scenario: str, out: Path) -> dict:
         did["deaths"].append({"worker": victim, "cause": "chose_to_exit", "detail": "sigterm",
                               "did": f"scancel {job} while its worker ran a task (SIGTERM, handled by the worker)"})
         did["result"] = fut.result(timeout=120)   # rerun on the other worker
+    elif scenario == "job-memory":
+        try:
+            client.submit(spawn_hog, 900, pure=False, key="spawn-hog-1").result(timeout=120)
+        except Exception as e:   # SLURM ended the job: no worker is left to run the task again
+            did["task_error"] = type(e).__name__
+        did["deaths"].append({"worker": names[0], "cause": "sudden_exit", "detail": "oom_killer",
+                              "did": "a task's own program took 900 MB in a job of --mem 500M: SLURM ended the job"})
+    elif scenario == "adapt":
+        cluster.adapt(minimum=0, maximum=2, interval="500ms", wait_count=4)
+        did["sum"] = sum(client.gather(client.map(hold, [0.5] * 8, pure=False)))
+        wait_until(lambda: not client.scheduler_info()["workers"], 120, "adaptive scaling to let the workers go")
+        did["deaths"] += [{"worker": name, "cause": "chose_to_exit", "detail": "retired",
+                           "did": "adaptive scaling let the idle worker go: retired, then its job cancelled"}
+                          for name in names]
     alive = {w["name"]: job_of(cluster, client, a) for a, w in client.scheduler_info()["workers"].items()}
     client.close()
     cluster.close()   # the scheduler closes, and dask-jobqueue cancels every job (SIGTERM, handled)

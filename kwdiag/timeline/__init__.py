@@ -20,7 +20,7 @@ from typing import Iterable
 
 from kwdiag.events import Event
 from kwdiag.kinds import NAMED, SCHEDULER_VIEW, TASK_ERROR
-from kwdiag.timeline.environment import environment_deaths
+from kwdiag.timeline.environment import environment_deaths, join_to_their_own_files
 from kwdiag.timeline.merge import join_views, scheduler_view
 from kwdiag.timeline.refused import refused_deaths
 from kwdiag.timeline.model import (
@@ -76,6 +76,7 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
         else:
             _cluster_fact(tl, e)
     procs: list[Incarnation] = []
+    procs_by_stream: dict[str, list[Incarnation]] = {}
     for index, (name, evs) in enumerate(streams.items()):
         evs.sort(key=lambda e: e.origin.line if e.origin else 0)
         att = StreamAttributor(name, index)
@@ -83,8 +84,10 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
             att.feed(e)
         att.finish()
         procs.extend(att.procs)
+        procs_by_stream[name] = att.procs
         if att.context:
             tl.stream_context[name] = att.context
+    tl.environment = join_to_their_own_files(tl.environment, procs_by_stream)
     about_others.sort(key=lambda e: (e.ts, e.origin.line if e.origin else 0))
     procs.extend(scheduler_view(about_others))
     procs = join_views(procs)
