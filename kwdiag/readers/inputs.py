@@ -85,8 +85,7 @@ def expand_inputs(paths: Iterable[str]) -> tuple[list[Input], list[InputProblem]
             # An empty file beside others says nothing (a batch job's unused .out): not read, not warned of. A folder
             # whose logs are all empty is read (each warned of: a quiet run's log may well be empty), and a file
             # named on the command line always is.
-            if any(not _is_empty(fp) for fp in found):
-                found = [fp for fp in found if not _is_empty(fp)]
+            found = [fp for fp in found if not _is_empty(fp)] or found
             if not found:
                 problems.append(InputProblem(display_name(raw), "directory has no log files to read"))
             for fp in found:
