@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real dask-jobqueue runs on a real SLURM cluster, for the ``sample_logs/slurm-*`` scenarios.
 
-    python sample_logs/slurm_jobqueue.py memory|time-limit|cancel|job-memory|adapt
+    python sample_logs/slurm_jobqueue.py memory|time-limit|cancel|job-memory|adapt|lifetime
 
 Each scenario starts a ``dask_jobqueue.SLURMCluster`` (its scheduler in this process, each worker a SLURM batch
 job running ``dask worker`` with a nanny), does one thing to it, closes it, and writes
@@ -25,6 +25,8 @@ What each does:
   nanny watches its worker process only; SLURM's accounting counts every process of the job and ends it.
 * ``adapt``: ``cluster.adapt(minimum=0, maximum=2)``, a burst of tasks, then idle: adaptive scaling retires the
   workers and cancels their jobs.
+* ``lifetime``: dask-jobqueue's advice for walltimes, ``--lifetime`` (20 s here) with adaptive scaling: the worker
+  closes itself at its lifetime and a new job takes its place; then the close.
 
 Needs, besides ``dask[distributed]`` and ``dask-jobqueue`` in the running Python (made with 2026.8.0 and 0.9.0), a
 SLURM controller and node on this machine. How the committed runs had one (Debian 12, as root; 2 cores):
@@ -106,6 +108,8 @@ def run(scenario: str, out: Path) -> dict:
         kw["walltime"] = "00:01:00"
     if scenario in ("memory", "job-memory"):
         kw["memory"] = "500MB"
+    if scenario == "lifetime":   # dask-jobqueue's advice: a worker lifetime shorter than the job's walltime
+        kw["worker_extra_args"] = ["--lifetime", "20s", "--lifetime-stagger", "2s"]
     n = 2 if scenario in ("cancel", "adapt") else 1
     cluster = SLURMCluster(**kw)
     cluster.scale(n)
@@ -155,6 +159,15 @@ def run(scenario: str, out: Path) -> dict:
         did["deaths"] += [{"worker": name, "cause": "chose_to_exit", "detail": "retired",
                            "did": "adaptive scaling let the idle worker go: retired, then its job cancelled"}
                           for name in names]
+    elif scenario == "lifetime":
+        cluster.adapt(minimum=1, maximum=1, interval="500ms")   # a new job when the worker leaves
+        first = names[0]
+        wait_until(lambda: first not in {w["name"] for w in client.scheduler_info()["workers"].values()}, 120,
+                   "the worker to reach its lifetime")
+        client.wait_for_workers(1, timeout=180)
+        did["deaths"].append({"worker": first, "cause": "chose_to_exit", "detail": "lifetime",
+                              "did": "the worker reached its --lifetime (20 s) and closed itself; adaptive scaling "
+                                     "started a new job"})
     alive = {w["name"]: job_of(cluster, client, a) for a, w in client.scheduler_info()["workers"].items()}
     client.close()
     cluster.close()   # the scheduler closes, and dask-jobqueue cancels every job (SIGTERM, handled)

@@ -74,12 +74,15 @@ def exit_signal(inc: Incarnation) -> int | None:
 
 def nanny_killed_it(inc: Incarnation) -> bool:
     """The signal that ended the process was its nanny's doing: it had asked the worker to close (or
-    terminated it for memory) just before; the signal carries out that decision, it is not its cause."""
+    terminated it for memory, or the worker had reported its failed start: the nanny terminates a process
+    that did not start, ``WorkerProcess.start``) just before; the signal carries out that decision, it is not
+    its cause."""
     exits = [e.origin.line for e in inc.slots.get("exit", []) if e.origin is not None]
     if not exits:
         return False
     return any(e.origin is not None and e.origin.line < min(exits)
-               for s in ("nanny-closing", "memory", "memory-kill", "escalate") for e in inc.slots.get(s, []))
+               for s in ("nanny-closing", "memory", "memory-kill", "escalate", "startup")
+               for e in inc.slots.get(s, []))
 
 
 def exit_status(inc: Incarnation) -> int | None:
