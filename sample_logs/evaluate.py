@@ -412,7 +412,10 @@ user would write, one per class, each matching line counted as a death of its cl
 - 2026-11-27 (evening): real dask-jobqueue runs on a real SLURM (22.05, on this machine;
   `sample_logs/slurm_jobqueue.py`): a job's time limit, a `scancel` mid-task, adaptive scale-down, `--lifetime`
   under the walltime with adaptive scaling (dask-jobqueue's advice), a memory limit reached twice then the close
-  (all right at once but the last), and a task's own program taking the job over its
+  (all right at once but the last), a preemption by a job of a higher priority tier (read as a chosen exit, "no
+  failures", because the worker handled the SIGTERM; `DUE TO PREEMPTION`, `NODE FAILURE` or `JOB REQUEUE` is
+  SLURM's own decision, so it is `sudden_exit/cancelled` now, rule `slurm-preempted`), and a task's own program
+  taking the job over its
   `--mem`: SLURM's accounting kills the whole step, nanny and worker, and Dask writes nothing. That one was two
   misses: slurmstepd's `exceeded memory limit (USED > LIMIT), being killed` was read by no rule (the cancel line
   beside it made it `sudden_exit/cancelled`), and its lines, in the job's own output file, were deaths of their

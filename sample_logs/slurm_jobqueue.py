@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real dask-jobqueue runs on a real SLURM cluster, for the ``sample_logs/slurm-*`` scenarios.
 
-    python sample_logs/slurm_jobqueue.py memory|time-limit|cancel|job-memory|adapt|lifetime
+    python sample_logs/slurm_jobqueue.py memory|time-limit|cancel|job-memory|adapt|lifetime|preempt
 
 Each scenario starts a ``dask_jobqueue.SLURMCluster`` (its scheduler in this process, each worker a SLURM batch
 job running ``dask worker`` with a nanny), does one thing to it, closes it, and writes
@@ -27,6 +27,9 @@ What each does:
   workers and cancels their jobs.
 * ``lifetime``: dask-jobqueue's advice for walltimes, ``--lifetime`` (20 s here) with adaptive scaling: the worker
   closes itself at its lifetime and a new job takes its place; then the close.
+* ``preempt``: one worker job on the partition ``debug`` runs a task; a job of the partition ``urgent`` (a higher
+  ``PriorityTier``, ``PreemptType=preempt/partition_prio``, ``PreemptMode=CANCEL``) needs the whole node: SLURM
+  cancels the worker's job (``DUE TO PREEMPTION``).
 
 Needs, besides ``dask[distributed]`` and ``dask-jobqueue`` in the running Python (made with 2026.8.0 and 0.9.0), a
 SLURM controller and node on this machine. How the committed runs had one (Debian 12, as root; 2 cores):
@@ -40,7 +43,9 @@ SLURM controller and node on this machine. How the committed runs had one (Debia
     #   JobAcctGatherParams=OverMemoryKill  SlurmdParameters=config_overrides  KillWait=5  MinJobAge=300
     #   StateSaveLocation=/var/spool/slurmctld  SlurmdSpoolDir=/var/spool/slurmd  ReturnToService=2
     #   NodeName=vm NodeAddr=127.0.0.1 CPUs=8 RealMemory=8000 State=UNKNOWN
-    #   PartitionName=debug Nodes=vm Default=YES MaxTime=INFINITE State=UP
+    #   PartitionName=debug Nodes=vm Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+    #   (for ``preempt``: PreemptType=preempt/partition_prio  PreemptMode=CANCEL
+    #    PartitionName=urgent Nodes=vm MaxTime=INFINITE State=UP PriorityTier=10)
     slurmctld; slurmd
 """
 
@@ -159,6 +164,17 @@ def run(scenario: str, out: Path) -> dict:
         did["deaths"] += [{"worker": name, "cause": "chose_to_exit", "detail": "retired",
                            "did": "adaptive scaling let the idle worker go: retired, then its job cancelled"}
                           for name in names]
+    elif scenario == "preempt":
+        fut = client.submit(hold, 60, pure=False, key="hold-1")
+        wait_until(lambda: any(client.processing().values()), 60, "the task to start")
+        job = job_of(cluster, client, next(iter(client.scheduler_info()["workers"])))
+        # a job of a partition with a higher PriorityTier that needs the whole node: SLURM cancels the worker's job
+        subprocess.run(["sbatch", "-p", "urgent", "-c", "8", "--mem", "100M", "-o", "/dev/null", "--wrap", "sleep 5"],
+                       check=True, capture_output=True)
+        wait_until(lambda: not client.scheduler_info()["workers"], 120, "the worker's job to be preempted")
+        fut.cancel()
+        did["deaths"].append({"worker": names[0], "cause": "sudden_exit", "detail": "cancelled",
+                              "did": f"a higher-priority job preempted job {job} (PreemptMode=CANCEL)"})
     elif scenario == "lifetime":
         cluster.adapt(minimum=1, maximum=1, interval="500ms")   # a new job when the worker leaves
         first = names[0]
