@@ -59,7 +59,7 @@ def parse_rule_file(raw: bytes, relative: str, bundle: dict[str, list]) -> dict[
 def build_bundle(rules_dir: Path) -> dict[str, Any]:
     """The bundle for every ``*.toml`` under ``rules_dir`` (a file whose table JSON cannot carry, such as a
     TOML date, is left out: it is parsed from its TOML at load)."""
-    from kwdiag.engine import load_rule_files, prefilter_for, prefilter_keywords
+    from kwdiag.engine import load_rule_files, prefilter_anchors, prefilter_for, prefilter_keywords
 
     import tomllib
 
@@ -76,8 +76,12 @@ def build_bundle(rules_dir: Path) -> dict[str, Any]:
     rules, _ = load_rule_files([rules_dir], compile_now=False)
     keywords = prefilter_keywords(rules)
     anchors, pattern = prefilter_for(keywords)
+    # the anchors ``RuleSet.candidates`` finds a line's keywords by (over every line rule's keywords)
+    finder_keywords = sorted({k for r in rules if r.is_line_rule for k in r.keywords})
     prefilter = {"keywords": keywords, "anchors": [a.decode("latin-1") for a in anchors],
-                 "pattern": pattern.decode("latin-1")}
+                 "pattern": pattern.decode("latin-1"), "finder_keywords": finder_keywords,
+                 "finder_anchors": [a.decode() for a in prefilter_anchors(finder_keywords)]
+                 if all(k.isascii() for k in finder_keywords) else None}
     return {"format": FORMAT, "files": files, "prefilter": prefilter}
 
 

@@ -45,6 +45,10 @@ def _near(sorted_times: list[float], t: float, tol: float) -> bool:
     return any(abs(sorted_times[j] - t) <= tol for j in (i - 1, i) if 0 <= j < len(sorted_times))
 
 
+_MEMORY_FIELDS = frozenset({"memory_samples", "samples", "memory_limit", "terminate_fraction", "percent", "rss",
+                            "process_memory", "peak_rss"})
+
+
 def memory_trace(events: Iterable[Event]) -> MemoryTrace | None:
     """The ``MemoryTrace`` of one incarnation's events, or None when they say nothing about memory."""
     samples: dict[float, float] = {}
@@ -52,6 +56,8 @@ def memory_trace(events: Iterable[Event]) -> MemoryTrace | None:
     limit = frac = peak = None
     for e in events:
         f = e.fields
+        if f.keys().isdisjoint(_MEMORY_FIELDS):   # most lines say nothing of memory
+            continue
         if e.kind == "worker-exit":
             for t, v in _pairs(f.get("memory_samples")):
                 samples[t] = v

@@ -46,12 +46,19 @@ def _nice_up(n: float) -> float:
     return math.ceil(n / step) * step
 
 
+_QUOTED = ("module", "package", "exception", "signal", "signal_name", "exitcode", "reason", "taken")
+_OBSERVED = frozenset({"memory_limit", "peak_rss", "rss", "process_memory", "terminate_fraction", "percent",
+                       *_QUOTED})
+
+
 def observations(events: Iterable[Event], allowed_failures: int | None) -> dict[str, Any]:
     """Values the remediation texts can use, computed from what the logs show."""
     obs: dict[str, Any] = {}
     limit = peak = frac = None
     for e in events:
         f = e.fields
+        if f.keys().isdisjoint(_OBSERVED):   # most lines hold none (a test per key was most of a death's fix)
+            continue
         v = parse_size(f.get("memory_limit"))
         if v:
             limit = v
@@ -64,7 +71,7 @@ def observations(events: Iterable[Event], allowed_failures: int | None) -> dict[
             frac = float(tf)
         elif isinstance(f.get("percent"), int) and e.kind == "nanny-memory-terminate":
             frac = f.get("percent") / 100
-        for key in ("module", "package", "exception", "signal", "signal_name", "exitcode", "reason", "taken"):
+        for key in _QUOTED:
             if f.get(key) is not None and key not in obs:
                 obs[key] = f.get(key)
     if limit and frac and not peak:

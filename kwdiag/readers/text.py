@@ -63,6 +63,21 @@ def _epoch(date: str, hms: str, frac: str | None, tz: str | None) -> float | Non
 
 
 def _epoch_of(date: str, hms: str, frac: str | None, tz: str | None) -> float:
+    second = _second_cache.get(date + hms + (tz or ""))   # a busy log's lines share their seconds
+    if second is None:
+        second = _second_of(date, hms, tz)
+        if len(_second_cache) > 100_000:
+            _second_cache.clear()
+        _second_cache[date + hms + (tz or "")] = second
+    if frac:
+        return second + int(frac[:6]) / 10 ** min(len(frac), 6)
+    return second
+
+
+_second_cache: dict[str, float] = {}
+
+
+def _second_of(date: str, hms: str, tz: str | None) -> float:
     # Cached per hour (a time zone shifts its clock on the hour, never within one): a busy log has a new
     # second on nearly every line, and strptime + mktime per line were a third of reading a candidate line.
     key = date + hms[:2] + (tz or "")
@@ -83,10 +98,7 @@ def _epoch_of(date: str, hms: str, frac: str | None, tz: str | None) -> float:
     minutes, seconds = int(hms[3:5]), int(hms[6:8])
     if minutes > 59 or seconds > 61:
         raise ValueError(f"not a time of day: {hms}")
-    base += minutes * 60 + seconds
-    if frac:
-        base += int(frac[:6]) / 10 ** min(len(frac), 6)
-    return base
+    return base + minutes * 60 + seconds
 
 
 def parse_prefix(text: str) -> tuple[float | None, str | None, str | None, str]:
