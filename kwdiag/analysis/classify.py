@@ -25,7 +25,7 @@ from typing import Iterable
 from kwdiag.analysis.facts import chose_first, derive_facts, exit_signal, nanny_killed_it
 from kwdiag.analysis.memory import memory_trace
 from kwdiag.analysis.model import Death, Evidence
-from kwdiag.analysis.remedies import hints_for, observations
+from kwdiag.analysis.remedies import hints_for, observations, runtimes_in_order
 from kwdiag.analysis.stack import Frame, crash_stack, named_frame
 from kwdiag.analysis.vote import Decision, Vote, decide, refines_key
 from kwdiag.engine import Rule, RuleSet
@@ -226,8 +226,10 @@ def _hints(inc: Incarnation, decision: Decision, rules_used: list[Rule], events:
     winners.sort(key=lambda r: -(r.verdict.weight if r.verdict else 0))
     hints = hints_for(winners, rts, obs)
     have = {h.runtime for h in hints}
-    extra = tuple(h for h in hints_for(rules_used, rts, obs) if h.runtime not in have)  # absorbed rules' fixes
-    return hints + extra
+    missing = {rt for rt in runtimes_in_order(rts) if rt not in have}
+    if not missing:
+        return hints
+    return hints + hints_for(rules_used, missing, obs)   # the absorbed rules' fixes, for runtimes the winners lack
 
 
 def _noticed(inc: Incarnation) -> tuple[str | None, float | None]:
