@@ -218,6 +218,51 @@ def test_any_bytes_are_read_without_raising(tmp_path_factory, chunks):
             assert "\x1b" not in e.text and "\x07" not in e.text
 
 
+# ---------------------------------------------------------------- the folded scan
+def _lines_found(finder, data: bytes) -> list[int]:
+    from kwdiag.readers.scan import _feed
+
+    got: list[int] = []
+    _feed(data, 0, finder.starts(data, 0, len(data)), lambda lineno, line, prev: got.append(lineno))
+    return got
+
+
+def test_the_folded_scan_finds_the_lines_the_prefilter_regex_finds_on_every_sample_and_corpus_log():
+    """``FoldedFinder`` searches bytes whose literals' first bytes were folded into one, then checks each line it
+    finds with the prefilter itself: it must find exactly the lines the prefilter regex finds."""
+    from kwdiag.readers.scan import FoldedFinder, RegexFinder
+
+    folded, plain = FoldedFinder(RULES.prefilter, RULES.anchors), RegexFinder(RULES.prefilter)
+    found = 0
+    for path in sorted(SAMPLES.rglob("*.log")):
+        data = path.read_bytes()
+        want = _lines_found(plain, data)
+        assert _lines_found(folded, data) == want, path
+        found += len(want)
+    assert found > 10_000
+
+
+def test_the_folded_scan_passes_no_line_the_fold_alone_matches_and_misses_no_anchor_behind_one():
+    """Lines made to match only once folded (each literal's first byte swapped for another literal's first byte),
+    and such a near-miss just before a real literal in the same line: the first passes no line, the second finds
+    the line the literal is in; either way the lines are the prefilter regex's."""
+    from kwdiag.readers.scan import FoldedFinder, RegexFinder
+
+    firsts = sorted({a[0] for a in RULES.anchors})
+    lines = []
+    for anchor in RULES.anchors:
+        other = next(b for b in firsts if b != anchor[0])
+        fake = bytes([other]) + anchor[1:]
+        if RULES.prefilter.search(fake) is None:
+            lines.append(b"2026-11-21 09:53:19,534 - distributed.worker - INFO - " + fake)
+            lines.append(b"x " + fake[:-1] + b" " + anchor + b" y")
+    assert len(lines) > 100
+    data = b"\n".join(lines) + b"\n"
+    want = _lines_found(RegexFinder(RULES.prefilter), data)
+    assert want == list(range(1, len(lines), 2))   # (numbered from 0 here) the second line of each pair
+    assert _lines_found(FoldedFinder(RULES.prefilter, RULES.anchors), data) == want
+
+
 # ---------------------------------------------------------------- grep as the prefilter of large files
 def _gnu_grep_here() -> bool:
     from kwdiag.readers.grepfind import _gnu_grep

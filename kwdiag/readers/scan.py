@@ -14,6 +14,7 @@ Does not cover: parsing the candidate lines (``kwdiag.readers.text``).
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -145,9 +146,9 @@ def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes
                     _scan_blocks(head, raw, OffsetFinder(offsets), on_line, stats, lookback)
                     return stats
             if size >= PARALLEL_MIN and os.path.isfile(path) and \
-                    _scan_parallel(path, size, prefilter, on_line, stats, lookback):
+                    _scan_parallel(path, size, prefilter, on_line, stats, lookback, literals):
                 return stats
-        _scan_blocks(head, stream or raw, RegexFinder(prefilter), on_line, stats, lookback)
+        _scan_blocks(head, stream or raw, finder(prefilter, literals), on_line, stats, lookback)
     finally:
         if close:
             raw.close()
@@ -320,6 +321,55 @@ class RegexFinder:
         return (m.start() for m in self.finditer(body, 0, mapped))
 
 
+def finder(prefilter, literals: list[bytes] | None):
+    """The finder of the prefilter's lines: ``FoldedFinder`` when its literals are known, else ``RegexFinder``."""
+    return FoldedFinder(prefilter, literals) if literals else RegexFinder(prefilter)
+
+
+class FoldedFinder:
+    """``RegexFinder``'s lines, found about twice as fast: the first line in each body holding one of the literals.
+
+    Python's ``re`` looks for an alternation by trying it at every position whose byte may start one of its
+    literals (16 different bytes for the built-in rules): ~120 MB/s on a scheduler's log. A pattern that starts
+    with one literal byte is looked for with a tight loop over that byte instead. So each body is copied with those
+    first bytes folded into one (``bytes.translate``, ~900 MB/s) and searched for the literals folded the same way
+    (~250 MB/s in all on the same log). A folded match is a line that may hold a literal (two bytes the fold made
+    equal can pass a line that holds none), so each such line is searched once more with the prefilter itself:
+    the same lines come out as from ``RegexFinder``, one position each (the first literal in the line), which is
+    all ``_feed`` takes of a line."""
+
+    def __init__(self, prefilter, literals: list[bytes]):
+        self.search = prefilter.search
+        self.table, self.folded = _folded(tuple(literals))
+
+    def starts(self, body: bytes, body_start: int, mapped: int):
+        search, find, rfind = self.search, body.find, body.rfind
+        done_to = -1
+        for m in self.folded.finditer(body.translate(self.table), 0, mapped):
+            s = m.start()
+            if s <= done_to:
+                continue
+            ls = rfind(b"\n", 0, s) + 1
+            le = find(b"\n", s, mapped)
+            done_to = le = mapped if le < 0 else le
+            real = search(body, ls, le)
+            if real is not None:
+                yield real.start()
+
+
+@functools.lru_cache(maxsize=8)
+def _folded(literals: tuple[bytes, ...]) -> tuple[bytes, re.Pattern]:
+    """The table folding the literals' first bytes into one byte (NUL: a text log has none, so few lines pass
+    that hold no literal), and the trie of the literals folded by it."""
+    from kwdiag.engine import trie_pattern   # the prefilter's own construction
+
+    table = bytearray(range(256))
+    for first in {lit[0] for lit in literals}:
+        table[first] = 0
+    table = bytes(table)
+    return table, re.compile(trie_pattern(sorted({lit.translate(table) for lit in literals})))
+
+
 class OffsetFinder:
     """Candidate positions from match offsets found beforehand in the whole file (``kwdiag.readers.grepfind``),
     in file order: each body takes those that fall in its first ``mapped`` bytes (the bytes that are the
@@ -488,7 +538,7 @@ class _Range:
 SEED = 64 << 10  # how far before its range a parallel scan's worker reads, for the lines before its first hits
 
 
-def _scan_range(path: str, start: int, end: int, pattern: bytes, before: int):
+def _scan_range(path: str, start: int, end: int, pattern: bytes, before: int, literals: list[bytes] | None = None):
     """One worker's part of a parallel scan: its hits, each with the ``before`` lines before it (``Lookback``:
     the worker cannot know which hit the reader will ask about), and its counts."""
     prefilter = re.compile(pattern)
@@ -504,7 +554,7 @@ def _scan_range(path: str, start: int, end: int, pattern: bytes, before: int):
             on_hit = lambda *a: hits.append((*a, None))   # noqa: E731
         else:
             on_hit = lambda *a: hits.append((*a, lookback.lines(before)))   # noqa: E731
-        _scan_blocks(rng.read(BLOCK), rng, RegexFinder(prefilter), on_hit, stats, lookback)
+        _scan_blocks(rng.read(BLOCK), rng, finder(prefilter, literals), on_hit, stats, lookback)
     return hits, stats.lines, stats.bytes, stats.long_lines, stats.first_long_line
 
 
@@ -523,7 +573,7 @@ def _lines_before(f, start: int, n: int) -> bytes:
 
 
 def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats: ScanStats,
-                   lookback: Lookback | None = None) -> bool:
+                   lookback: Lookback | None = None, literals: list[bytes] | None = None) -> bool:
     """Scan ``path`` in ``_jobs`` processes, replaying hits in file order. False if not possible."""
     n = _jobs(size)
     if n < 2:
@@ -540,7 +590,8 @@ def _scan_parallel(path: str, size: int, prefilter, on_line: LineHandler, stats:
         return False
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
         before = lookback.depth if lookback is not None else 0
-        futures = [ex.submit(_scan_range, path, cuts[i], cuts[i + 1], prefilter.pattern, before) for i in range(n)]
+        futures = [ex.submit(_scan_range, path, cuts[i], cuts[i + 1], prefilter.pattern, before, literals)
+                   for i in range(n)]
         base = 0
         for fut in futures:
             hits, lines, nbytes, long_lines, first_long = fut.result()
