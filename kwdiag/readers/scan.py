@@ -67,6 +67,9 @@ LineHandler = Callable[[int, bytes, "bytes | None"], None]
 # A plain file this large has its prefilter literals found by the system's grep when it can (it scans ~6x
 # faster than Python's re here); smaller ones are not worth a process.
 GREP_MIN = 16 << 20
+# A plain file this large is scanned folded (``FoldedFinder``): building the folded trie costs ~8 ms, what the fold
+# saves on ~2 MB, and a first answer on a small log should not wait for it.
+FOLD_MIN = 2 << 20
 
 
 class Lookback:
@@ -133,6 +136,7 @@ def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes
         if b"\x00" in head[:65536]:
             raise InputUnreadable("binary data (NUL bytes), not a text log")
         stats.head = head[:65536]
+        size = 0
         if stream is None and path is not None and not stats.gzip:
             try:
                 size = os.fstat(raw.fileno()).st_size
@@ -148,7 +152,8 @@ def scan(path: str | None, prefilter, on_line: LineHandler, literals: list[bytes
             if size >= PARALLEL_MIN and os.path.isfile(path) and \
                     _scan_parallel(path, size, prefilter, on_line, stats, lookback, literals):
                 return stats
-        _scan_blocks(head, stream or raw, finder(prefilter, literals), on_line, stats, lookback)
+        big = stream is None and path is not None and size >= FOLD_MIN
+        _scan_blocks(head, stream or raw, finder(prefilter, literals if big else None), on_line, stats, lookback)
     finally:
         if close:
             raw.close()
