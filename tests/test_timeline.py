@@ -161,8 +161,9 @@ def test_fix_templates_drop_what_was_not_observed():
 
 
 def test_fix_templates_filled_once_per_values_are_filled_as_each_time():
-    """``fill_template`` answers the same template and values from a memo: values that are equal but written
-    differently (1, 1.0, True), formats and index fields must still be filled as a fresh fill would."""
+    """``fill_template`` chooses a template's ``[[A||B]]`` parts once per names observed and keeps one string per
+    fix: values that are equal but written differently (1, 1.0, True), formats and index fields must still be
+    filled as a fresh fill would."""
     from kwdiag.analysis.remedies import _fill, fill_template
 
     t = "n={n} r={n!r} f={n:>4} [[has {x}||no x]] i={l[0]}"

@@ -103,28 +103,23 @@ _FIELD = re.compile(r"(?<!\{)\{(\w+)\}(?!\})")
 def fill_template(text: str, obs: dict[str, Any]) -> str:
     """Fill ``{name}`` from ``obs``. ``[[A||B]]`` is A when every value A names was observed, else B
     (``[[A]]``: A or nothing), so a fix never reads 'a limit of the current limit'."""
-    names = _names(text)
-    # With each value's type: 1, 1.0 and True are equal keys but are written differently.
-    # A float by its repr too: 0.0 and -0.0 are equal keys but are written differently.
-    values = tuple((v, type(v), repr(v) if isinstance(v, float) else None)
-                   for v in (obs.get(n, _ABSENT) for n in names))
-    if not all(v is _ABSENT or v is None or isinstance(v, (str, int, float)) for v, _, _ in values):
-        return _fill(text, obs)   # a container: (1,) and (True,) are equal keys too; filled each time
-    key = (text, values)
-    try:
-        filled = _filled.get(key)
-    except TypeError:  # an unhashable value (a list): filled each time
-        return _fill(text, obs)
-    if filled is None:
-        if len(_filled) > 10_000:
-            _filled.clear()
-        # The same fix for the same values is one string: a log of 100,000 alike deaths holds a few texts.
-        filled = _filled[key] = _fill(text, obs)
-    return filled
+    # Which parts ``[[A||B]]`` keeps depends only on which names were observed: chosen once per template and
+    # names (a fix that quotes each death's pid differs in every death, and choosing was most of filling it).
+    key = (text, tuple(map(obs.__contains__, _names(text))))
+    chosen = _chosen.get(key)
+    if chosen is None:
+        if len(_chosen) > 10_000:
+            _chosen.clear()
+        chosen = _chosen[key] = _choose(text, obs)
+    filled = _format(chosen, obs)
+    # The same fix is one string: a log of 100,000 alike deaths holds a few texts, not one per death.
+    if len(_texts) > 10_000:
+        _texts.clear()
+    return _texts.setdefault(filled, filled)
 
 
-_ABSENT = object()
-_filled: dict[tuple, str] = {}
+_chosen: dict[tuple, str] = {}
+_texts: dict[str, str] = {}
 _NAME = re.compile(r"\{(\w+)")   # {name}, {name:fmt}, {name!r}, {name[0]}: a name is read either way
 
 
@@ -135,11 +130,19 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _fill(text: str, obs: dict[str, Any]) -> str:
+    """``fill_template`` without its memo."""
+    return _format(_choose(text, obs), obs)
+
+
+def _choose(text: str, obs: dict[str, Any]) -> str:
     def choose(m: re.Match) -> str:
         a, b = m.group(1), m.group(2) or ""
         return a if all(k in obs for k in _FIELD.findall(a)) else b
 
-    text = _OPTIONAL.sub(choose, text)
+    return _OPTIONAL.sub(choose, text)
+
+
+def _format(text: str, obs: dict[str, Any]) -> str:
     try:
         return text.format_map(_Fill(obs))
     except (ValueError, IndexError):

@@ -344,20 +344,24 @@ class FoldedFinder:
     all ``_feed`` takes of a line."""
 
     def __init__(self, prefilter, literals: list[bytes]):
-        self.search = prefilter.search
+        self.search, self.match = prefilter.search, prefilter.match
         self.table, self.folded = _folded(tuple(literals))
 
     def starts(self, body: bytes, body_start: int, mapped: int):
-        search, find, rfind = self.search, body.find, body.rfind
+        search, match, find = self.search, self.match, body.find
         done_to = -1
         for m in self.folded.finditer(body.translate(self.table), 0, mapped):
             s = m.start()
             if s <= done_to:
                 continue
-            ls = rfind(b"\n", 0, s) + 1
+            if match(body, s, mapped) is not None:   # most often the literal itself
+                yield s
+                continue
+            # Not a literal here. A literal later in the line may be (none before: the fold would have found it
+            # first); the line is searched once.
             le = find(b"\n", s, mapped)
             done_to = le = mapped if le < 0 else le
-            real = search(body, ls, le)
+            real = search(body, s, le)
             if real is not None:
                 yield real.start()
 
