@@ -726,3 +726,22 @@ def test_a_cells_value_shown_again_leading_empty_entries_and_a_dump_after_it(tmp
     (tmp_path / "after.txt").write_text(pretty + w1)
     after = [d for d in analyze([str(tmp_path / "after.txt")], rules=RULES).deaths if d.detail == "segfault"]
     assert alone and after and len(after[0].stack) == len(alone[0].stack) > 0
+
+
+def test_a_notebook_a_printed_value_and_a_cells_output_read_the_same_gzipped(tmp_path):
+    """A notebook, ``get_worker_logs()`` printed, and a cell's output with the value among the cluster's lines, each
+    saved compressed (a name without ``.gz``: gzip is known by its first bytes): the same deaths and evidence lines
+    as the files themselves. A gzipped log that holds no value is still scanned as a log."""
+    import gzip
+
+    from kwdiag.pipeline import analyze
+
+    def read(path: Path) -> list:
+        report = analyze([str(path)], rules=RULES)
+        return sorted((d.worker, d.cause, d.detail, tuple(e.line for e in d.evidence)) for d in report.deaths)
+
+    for plain in (NOTEBOOK_IPYNB, NOTEBOOK_SAMPLE, *MIXED_SAMPLES, SIGKILL_W1):
+        packed = tmp_path / (plain.parent.name + "-" + plain.stem)
+        packed.write_bytes(gzip.compress(plain.read_bytes()))
+        want = read(plain)
+        assert want and read(packed) == want, plain

@@ -228,10 +228,16 @@ def _reasons_of(e: Event) -> set[str]:
             if isinstance(v := e.get(k), str)}
 
 
-def _same_file_before(e: Event, inc: Incarnation) -> bool:
+def _end_lines_beside(e: Event, inc: Incarnation) -> list[int]:
+    """The lines of ``inc``'s end evidence in ``e``'s file (none when ``e`` was not read from a file)."""
     if e.origin is None:
-        return False
-    ends = [x.origin.line for x in inc.end_events if x.origin is not None and x.origin.file == e.origin.file]
+        return []
+    return [x.origin.line for x in inc.end_events if x.origin is not None and x.origin.file == e.origin.file]
+
+
+def _same_file_before(e: Event, inc: Incarnation) -> bool:
+    """Without times, a line of the file the worker's end is in, at or before that end's first line."""
+    ends = _end_lines_beside(e, inc)
     return bool(ends) and e.origin.line <= min(ends)
 
 
@@ -239,9 +245,7 @@ def _same_file_near(e: Event, inc: Incarnation) -> bool:
     """Without times, the scheduler's close line of the file the worker's end is in: before that end, or
     within ``CLOSE_AFTER_LINES`` after its last line (the lines' order in one stream stands in for
     ``CLOSE_BEFORE``: a LocalCluster's stderr prints its workers' stops, then "Scheduler closing...")."""
-    if e.origin is None:
-        return False
-    ends = [x.origin.line for x in inc.end_events if x.origin is not None and x.origin.file == e.origin.file]
+    ends = _end_lines_beside(e, inc)
     return bool(ends) and e.origin.line <= max(ends) + CLOSE_AFTER_LINES
 
 

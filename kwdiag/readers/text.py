@@ -482,7 +482,7 @@ def _read_printed_value(inp: Input, state: _FileState, tell: Callable[[int], Non
         with open(inp.path, "rb") as f:
             head = f.read(4096)
     if head[:2] == b"\x1f\x8b":
-        return None
+        return _read_gzipped_value(inp.path, state) if inp.path is not None else None
     a_notebook = notebook.looks_like_notebook(head)
     whole = not a_notebook and pyrepr.looks_like_value(head.decode("utf-8", "replace"))
     limit = VALUE_MAX if whole or a_notebook else MIXED_MAX
@@ -495,6 +495,14 @@ def _read_printed_value(inp: Input, state: _FileState, tell: Callable[[int], Non
             data = f.read()
     else:
         return None
+    stats = _read_value_in(data, a_notebook, whole, state)
+    if stats is None and inp.path is None:
+        return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback, on_block=tell)
+    return stats
+
+
+def _read_value_in(data: bytes, a_notebook: bool, whole: bool, state: _FileState) -> ScanStats | None:
+    """``data`` read as a notebook, a printed value or a log with values among its lines; None when it is none."""
     held = notebook.notebook_text(data) if a_notebook else None
     if held is not None:
         return _read_notebook(data, *held, state)
@@ -503,9 +511,30 @@ def _read_printed_value(inp: Input, state: _FileState, tell: Callable[[int], Non
         state.on_value(_in_time_order(lines))
         return ScanStats(bytes=len(data), lines=data.count(b"\n") + (not data.endswith(b"\n")), head=data[:65536],
                          printed_value=True)
-    stats = _read_mixed(data, state) if len(data) <= MIXED_MAX else None
-    if stats is None and inp.path is None:
-        return scan_bytes(data, state.rules.prefilter, state.on_line, state.lookback, on_block=tell)
+    return _read_mixed(data, state) if len(data) <= MIXED_MAX else None
+
+
+def _read_gzipped_value(path: str, state: _FileState) -> ScanStats | None:
+    """A gzip file holding a notebook, a printed value or a small log with values among its lines (a cell's output
+    saved compressed): read as the same file uncompressed would be. None when it holds none of them (or is not
+    readable as gzip): then it is scanned as any gzip file, from its start."""
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path) as f:
+            head = f.read(4096)
+            a_notebook = notebook.looks_like_notebook(head)
+            whole = not a_notebook and pyrepr.looks_like_value(head.decode("utf-8", "replace"))
+            limit = VALUE_MAX if whole or a_notebook else MIXED_MAX
+            data = head + f.read(limit + 1 - len(head))
+    except (OSError, EOFError, zlib.error):
+        return None
+    if len(data) > limit or not (a_notebook or whole or pyrepr.may_hold_values(data)):
+        return None
+    stats = _read_value_in(data, a_notebook, whole, state)
+    if stats is not None:
+        stats.gzip = True
     return stats
 
 
