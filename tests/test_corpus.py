@@ -50,12 +50,10 @@ def test_the_corpus_covers_versions_and_shapes():
 # Cases where kwdiag's verdict differs from what was done and the logs do hold a clue it does not read yet.
 # Each is measured as wrong by evaluate.py as well; a fix turns the xfail into a failure (strict), so the
 # entry must then go.
-# First run on Dask 2021.11.2 (its corpus was made 2026-11-27, after the rules): a LocalCluster whose worker class
-# raises in __init__ has that worker's nanny start it twice (two "Failed to initialize Worker", two processes and
-# two deaths: corpus_expect counts them). At INFO level (032) the second start's failure lines go to the first failed
-# process and the second process's SIGTERM exit stands alone (sudden_exit/sigterm; it went to a healthy worker of
-# the same stream until that worker's later lines ruled it out).
-KNOWN_WRONG: set[str] = {"2021.11.2/032-workerclass-li-nn-fixed-start"}
+# None now. The last one, 2021.11.2/032 (a LocalCluster whose worker class raises in __init__, at INFO level:
+# the second start's failure went to the first failed process, whose nanny had already reported its exit), was
+# fixed 2026-11-27 by reading "Failed to initialize Worker" as a line a process prints once.
+KNOWN_WRONG: set[str] = set()
 
 
 def _case_id(c: Path) -> str:

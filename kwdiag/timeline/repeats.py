@@ -78,9 +78,11 @@ def repeats_old_memory_kill(p: Incarnation, e: Event) -> bool:
 
 
 # Lines Dask prints once per process, naming none: a nanny's report of its worker's failed start (2.x to
-# 2022.5), a worker's stop before it knew its address (Worker.close returns at once when called again), and
+# 2022.5), the worker process's own report that its worker class raised (``Nanny._run``, which runs once a
+# process), a worker's stop before it knew its address (Worker.close returns at once when called again), and
 # multiprocessing's header over the traceback of a child process that raised.
 _ONCE_PER_PROCESS = (("worker-startup-failed", "Failed while trying to start worker process"),
+                     ("worker-startup-failed", "Failed to initialize Worker"),
                      ("worker-closing", "Stopping worker"),
                      ("worker-fatal", "Process Dask Worker process (from Nanny):"))
 

@@ -317,9 +317,12 @@ class StreamAttributor:
         lines of two deaths interleave. A process its nanny is restarting is over: what follows is not its."""
         line = e.origin.line if e.origin else 0
         ts = known_ts(e)
+        once = printed_once_per_process(e)
         for p in reversed(self.procs[-32:]):
             if not p.ended or "restart" in p.slots or not _fits(p, e) or (pid is not None and p.pid not in (None, pid)):
                 continue
+            if once is not None and once in once_lines(p):
+                continue  # a line a process prints once, which this one printed: another process's failure
             if slot_of(e) == "reaped" and "exit" in p.slots:
                 continue  # Dask reaps a child still alive at its parent's exit: one whose exit was reported is gone
             last = max(p.end_events, key=lambda x: x.origin.line if x.origin else 0)
