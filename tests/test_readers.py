@@ -313,6 +313,36 @@ def test_grep_and_the_regex_agree_on_awkward_bytes_long_lines_and_block_edges(tm
     assert len(grep_way[0]) == 5 and grep_way[1][2] == 3        # five candidate lines; three lines over MAX_LINE
 
 
+def test_the_folded_scan_and_the_regex_agree_through_blocks_long_lines_and_awkward_bytes(tmp_path, monkeypatch):
+    """The whole scan (blocks, a line cut by a block's end, lines over MAX_LINE, a last line without its newline,
+    invalid UTF-8, CRLF) read folded and by the regex: the same candidate lines and counts, on the awkward file of
+    the test above and on every sample and corpus log."""
+    from kwdiag.readers import scan as scanner
+
+    monkeypatch.setattr(scanner, "GREP_MIN", 1 << 62)
+    monkeypatch.setattr(scanner, "FOLD_MIN", 0)
+    hit = SIGKILL_W1.read_bytes().splitlines(keepends=True)
+    death = next(x for x in hit if b"killed by signal 9" in x)
+    awkward = tmp_path / "awkward.log"
+    with open(awkward, "wb") as f:
+        f.write(b"caf\xc3\xa9 \xff\xfe not utf-8\r\n" + death.replace(b"\n", b"\r\n"))
+        f.write(b"y" * (scanner.BLOCK - 40 - f.tell()) + b"\n")
+        f.write(death)
+        f.write(b"z" * (scanner.MAX_LINE + 10) + death.rstrip(b"\n"))
+        f.write(b"\n" + death + b"x" * (3 * scanner.MAX_LINE) + b"\n")
+        f.write(b"tail " + death.rstrip(b"\n"))
+    logs = [awkward] + [p for p in sorted(SAMPLES.rglob("*.log")) if p.stat().st_size
+                        and b"\0" not in p.read_bytes()[:65536]]
+    found = {}
+    for path in logs:
+        folded, plain = [], []
+        a = scanner.scan(str(path), RULES.prefilter, lambda *x: folded.append(x), RULES.anchors)
+        b = scanner.scan(str(path), RULES.prefilter, lambda *x: plain.append(x), None)
+        assert (folded, a.lines, a.long_lines) == (plain, b.lines, b.long_lines), path
+        found[path] = len(plain)
+    assert found[awkward] == 5 and sum(found.values()) > 10_000
+
+
 def test_without_grep_a_large_file_is_still_read(tmp_path, monkeypatch):
     """KWDIAG_NO_GREP (or no GNU grep): the regex scan reads it, with the same answer."""
     from kwdiag.readers import scan as scanner
