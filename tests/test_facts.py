@@ -199,6 +199,46 @@ def test_a_recorded_retirement_is_a_request_unless_the_worker_gave_its_own_reaso
     assert "fact-close-requested" not in kinds(facts_of(tmp_path / "own", started() + own))
 
 
+def _retired_by_address(tmp_path: Path, events: list[dict]) -> dict[str, bool]:
+    """For each worker the scheduler removed (named by address only): whether a retire request covers it."""
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "scheduler.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    read, _, problems = read_events([str(tmp_path)], RULES)
+    assert not problems, problems
+    tl = build_timeline(read)
+    return {inc.address: any(f.kind == "fact-close-requested" for f in facts.derive_facts(inc, tl, gather(inc, tl)))
+            for inc in tl.incarnations() if inc.ended}
+
+
+def _by_names(at: float, names: str) -> dict:
+    request = ev("scheduler", "retire-request", at, worker=None, request="retire")
+    request["message"] = f"Retire worker names {names}"
+    return request
+
+
+def _removal(at: float, port: int) -> dict:
+    return ev("scheduler", "worker-removed", at, worker=None, address=f"tcp://10.0.0.1:{port}", how="deregistered")
+
+
+def test_a_retirement_by_names_never_tied_to_addresses_covers_as_many_removals_as_it_names(tmp_path):
+    """Dask's retire_workers logs the names it retires, then removes those workers (the scheduler's lines give
+    their addresses only): the removals after the request, as many as it names, are retirements; the next is not,
+    nor one before the request."""
+    events = [_removal(10.0, 1), _by_names(20.0, "(5, 6)"), _removal(20.1, 2), _removal(20.2, 3), _removal(20.3, 4)]
+    assert _retired_by_address(tmp_path, events) == {
+        "tcp://10.0.0.1:1": False, "tcp://10.0.0.1:2": True, "tcp://10.0.0.1:3": True, "tcp://10.0.0.1:4": False}
+
+
+def test_a_retirement_by_names_covers_no_removal_when_a_worker_bears_one_of_its_names_or_it_is_too_old(tmp_path):
+    named = [ev("scheduler", "worker-registered", 1.0, worker="5", address="tcp://10.0.0.1:9", name="5")]
+    assert _retired_by_address(tmp_path / "named", named + [_by_names(20.0, "[5, 6]"), _removal(20.1, 2)]) \
+        == {"tcp://10.0.0.1:2": False}
+    late = 20.0 + facts.REQUEST_BEFORE
+    assert _retired_by_address(tmp_path / "late", [_by_names(20.0, "(5, 6)"), _removal(late - EDGE, 2),
+                                                   _removal(late + EDGE, 3)]) \
+        == {"tcp://10.0.0.1:2": True, "tcp://10.0.0.1:3": False}
+
+
 # ---------------------------------------------------------------- fact-vanished, fact-silent-exit
 @pytest.mark.parametrize("how, expected, vanished", [
     ("connection-closed", False, True),

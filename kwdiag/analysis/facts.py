@@ -29,6 +29,7 @@ Does not cover: what a fact means for the verdict (the ``rules/facts/`` files) o
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from typing import Iterable
 
 from kwdiag.events import Event
@@ -268,7 +269,48 @@ def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
                 return e
         elif _names(e, inc) and _same_file_before(e, inc):
             return e
-    return None
+    return _retired_in_turn(inc, tl)
+
+
+def _retired_in_turn(inc: Incarnation, tl: Timeline) -> Event | None:
+    """A scale-down by names the logs never tie to an address ("Retire worker names (19, 20, ...)", adaptive's
+    "Retiring workers [19, 20, ...]", then the scheduler's removals naming addresses only). Dask's
+    ``retire_workers`` logs the names and removes the workers it finds under them at once; adaptive then logs
+    "Retiring workers" and has the cluster manager close them (``cluster.scale_down``, "close workers more
+    forcefully"), which is what removes them when the scheduler knows them by other names (2.30.1's
+    ``Adaptive.scale_down``). Either way the removals that follow the nearest such request in its file (within
+    ``REQUEST_BEFORE`` when both are timed), as many as it names, are the scale-down's. Only for a worker whose
+    name the lines never give, removed with no reason of its own, when no worker of the logs bears one of the
+    names (then the names say whom it retired)."""
+    removed = inc.slots.get("removed")
+    if inc.name is not None or not removed or removed[0].origin is None or _reasons(inc):
+        return None
+    removal = removed[0]
+    file, line = removal.origin.file, removal.origin.line
+    before = [e for e in tl.cluster_lines("retire-request", "close-request")
+              if e.origin is not None and e.origin.file == file and e.origin.line < line]
+    if not before:
+        return None
+    request = max(before, key=lambda e: e.origin.line)
+    names = _retired_names(request)
+    if not names or names & tl.known_names():
+        return None
+    ts, end = known_ts(request), known_ts(removal)
+    if ts is not None and end is not None and not 0 <= end - ts <= REQUEST_BEFORE:
+        return None
+    between = bisect_left(tl.removal_lines(file), line) - bisect_right(tl.removal_lines(file), request.origin.line)
+    return request if between < len(names) else None
+
+
+_NAME_LIST = re.compile(r"Retir(?:e worker names|ing workers)\s*[\[(\{](?P<names>[^\])}]*)[\])}]")
+
+
+def _retired_names(request: Event) -> set[str]:
+    """The worker names a retirement request lists by name only (none when it names addresses)."""
+    m = _NAME_LIST.search(request.message or "")
+    if m is None or "://" in m.group("names") or "<" in m.group("names"):
+        return set()
+    return {n.strip().strip("'\"") for n in m.group("names").split(",") if n.strip().strip("'\"")}
 
 
 def _names(request: Event, inc: Incarnation) -> bool:

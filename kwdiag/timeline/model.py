@@ -180,6 +180,8 @@ class Timeline:
     _by_line: dict | None = field(default=None, repr=False)
     _cluster_by_kind: dict | None = field(default=None, repr=False)
     _context_by_time: dict | None = field(default=None, repr=False)
+    _known_names: frozenset | None = field(default=None, repr=False)
+    _removal_lines: dict | None = field(default=None, repr=False)
 
     def context_between(self, stream: str, lo: float | None, hi: float | None, kinds: frozenset[str]) -> list[Event]:
         """``stream``'s context lines (those that name no process) of these ``kinds`` timed within
@@ -221,6 +223,24 @@ class Timeline:
         for line in range(e.origin.line - 1, max(0, e.origin.line - within) - 1, -1):
             out.extend(c for c in self._by_line.get((e.origin.file, line), ()) if c.kind in kinds)
         return out
+
+    def known_names(self) -> frozenset[str]:
+        """The worker names the lines give (found once: each death asks)."""
+        if self._known_names is None:
+            self._known_names = frozenset(i.name for incs in self.workers.values() for i in incs if i.name)
+        return self._known_names
+
+    def removal_lines(self, file: str) -> list[int]:
+        """The lines of ``file`` where the scheduler removed a worker, in order (indexed once)."""
+        if self._removal_lines is None:
+            by_file: dict[str, set[int]] = {}
+            for incs in self.workers.values():
+                for i in incs:
+                    for e in i.slots.get("removed", ()):
+                        if e.origin is not None:
+                            by_file.setdefault(e.origin.file, set()).add(e.origin.line)
+            self._removal_lines = {f: sorted(lines) for f, lines in by_file.items()}
+        return self._removal_lines.get(file, [])
 
     def incarnations(self) -> list[Incarnation]:
         out = [i for incs in self.workers.values() for i in incs]
