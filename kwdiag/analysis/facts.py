@@ -287,11 +287,9 @@ def _retired_in_turn(inc: Incarnation, tl: Timeline) -> Event | None:
         return None
     removal = removed[0]
     file, line = removal.origin.file, removal.origin.line
-    before = [e for e in tl.cluster_lines("retire-request", "close-request")
-              if e.origin is not None and e.origin.file == file and e.origin.line < line]
-    if not before:
+    request = tl.cluster_line_before(file, line, "retire-request", "close-request")
+    if request is None:
         return None
-    request = max(before, key=lambda e: e.origin.line)
     names = _retired_names(request)
     if not names or names & tl.known_names():
         return None

@@ -182,6 +182,7 @@ class Timeline:
     _context_by_time: dict | None = field(default=None, repr=False)
     _known_names: frozenset | None = field(default=None, repr=False)
     _removal_lines: dict | None = field(default=None, repr=False)
+    _lines_by_file: dict | None = field(default=None, repr=False)
 
     def context_between(self, stream: str, lo: float | None, hi: float | None, kinds: frozenset[str]) -> list[Event]:
         """``stream``'s context lines (those that name no process) of these ``kinds`` timed within
@@ -241,6 +242,25 @@ class Timeline:
                             by_file.setdefault(e.origin.file, set()).add(e.origin.line)
             self._removal_lines = {f: sorted(lines) for f, lines in by_file.items()}
         return self._removal_lines.get(file, [])
+
+    def cluster_line_before(self, file: str, line: int, *kinds: str) -> Event | None:
+        """The last cluster line of these kinds in ``file`` before ``line`` (indexed once per set of kinds: a
+        scheduler's log can hold as many requests as removals)."""
+        if self._lines_by_file is None:
+            self._lines_by_file = {}
+        index = self._lines_by_file.get(kinds)
+        if index is None:
+            by_file: dict[str, list[Event]] = {}
+            for e in self.cluster_lines(*kinds):
+                if e.origin is not None:
+                    by_file.setdefault(e.origin.file, []).append(e)
+            index = self._lines_by_file[kinds] = {}
+            for f, evs in by_file.items():
+                evs.sort(key=lambda e: e.origin.line)
+                index[f] = ([e.origin.line for e in evs], evs)
+        lines, evs = index.get(file, ((), ()))
+        i = bisect_left(lines, line)
+        return evs[i - 1] if i else None
 
     def incarnations(self) -> list[Incarnation]:
         out = [i for incs in self.workers.values() for i in incs]
