@@ -260,16 +260,18 @@ def _close_request(inc: Incarnation, tl: Timeline) -> Event | None:
         if e.get("how") == "retired" and not stated:
             return e
     end = inc.ended_at
-    for e in tl.cluster_lines("retire-request", "close-request"):
-        ts = known_ts(e)
-        # the time first: a long-running scheduler's requests are many, and matching each against every
-        # dead worker's name was most of an explain of an adaptive cluster's log (406 deaths: ~1 s)
-        if end is not None and ts is not None:
-            if 0 <= end - ts <= REQUEST_BEFORE and _names(e, inc):
-                return e
-        elif _names(e, inc) and _same_file_before(e, inc):
-            return e
-    return _retired_in_turn(inc, tl)
+    requests = tl.cluster_lines("retire-request", "close-request")
+    if end is None:   # untimed: every request, by the order of the lines
+        return next((e for e in requests if _names(e, inc) and _same_file_before(e, inc)), None) \
+            or _retired_in_turn(inc, tl)
+    # Timed, the requests of the window before the end (found by bisection: a long-running adaptive cluster's
+    # scheduler logs a request per scale-down, and a pass over all of them for each death grew as their square),
+    # and the untimed ones; the first of those in the order read, as a pass over all of them would find it.
+    times, timed, untimed = tl.requests_by_time()
+    window = timed[bisect_left(times, end - REQUEST_BEFORE):bisect_right(times, end)]
+    found = [(i, e) for i, e in window if _names(e, inc)]
+    found += [(i, e) for i, e in untimed if _names(e, inc) and _same_file_before(e, inc)]
+    return min(found, key=lambda x: x[0])[1] if found else _retired_in_turn(inc, tl)
 
 
 def _retired_in_turn(inc: Incarnation, tl: Timeline) -> Event | None:

@@ -183,6 +183,7 @@ class Timeline:
     _known_names: frozenset | None = field(default=None, repr=False)
     _removal_lines: dict | None = field(default=None, repr=False)
     _lines_by_file: dict | None = field(default=None, repr=False)
+    _requests_by_time: tuple | None = field(default=None, repr=False)
 
     def context_between(self, stream: str, lo: float | None, hi: float | None, kinds: frozenset[str]) -> list[Event]:
         """``stream``'s context lines (those that name no process) of these ``kinds`` timed within
@@ -242,6 +243,16 @@ class Timeline:
                             by_file.setdefault(e.origin.file, set()).add(e.origin.line)
             self._removal_lines = {f: sorted(lines) for f, lines in by_file.items()}
         return self._removal_lines.get(file, [])
+
+    def requests_by_time(self) -> tuple[list[float], list[tuple[int, Event]], list[tuple[int, Event]]]:
+        """The scheduler's retire and close requests with their places in the order read: the timed ones sorted
+        by time (with their times, to bisect), and the untimed ones (indexed once)."""
+        if self._requests_by_time is None:
+            numbered = list(enumerate(self.cluster_lines("retire-request", "close-request")))
+            timed = sorted(((i, e) for i, e in numbered if known_ts(e) is not None), key=lambda x: (known_ts(x[1]), x[0]))
+            self._requests_by_time = ([known_ts(e) for _, e in timed], timed,
+                                      [(i, e) for i, e in numbered if known_ts(e) is None])
+        return self._requests_by_time
 
     def cluster_line_before(self, file: str, line: int, *kinds: str) -> Event | None:
         """The last cluster line of these kinds in ``file`` before ``line`` (indexed once per set of kinds: a
