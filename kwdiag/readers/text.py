@@ -63,12 +63,13 @@ def _epoch(date: str, hms: str, frac: str | None, tz: str | None) -> float | Non
 
 
 def _epoch_of(date: str, hms: str, frac: str | None, tz: str | None) -> float:
-    second = _second_cache.get(date + hms + (tz or ""))   # a busy log's lines share their seconds
+    key = date + hms + (tz or "")
+    second = _second_cache.get(key)   # a busy log's lines share their seconds
     if second is None:
         second = _second_of(date, hms, tz)
         if len(_second_cache) > 100_000:
             _second_cache.clear()
-        _second_cache[date + hms + (tz or "")] = second
+        _second_cache[key] = second
     if frac:
         return second + int(frac[:6]) / 10 ** min(len(frac), 6)
     return second
