@@ -60,8 +60,7 @@ def gather(inc: Incarnation, tl: Timeline) -> list[Event]:
         if e.kind in LIFECYCLE or e.kind in START_LIKE or ts is None or end is None \
                 or end - CRASH_WINDOW <= ts <= end + CRASH_WINDOW:
             out.append(e)
-    pids = inc.pids
-    out.extend(e for e in tl.environment if isinstance(e.get("pid"), int) and e.get("pid") in pids)
+    out.extend(tl.environment_of(inc.pids))
     if inc.stream is not None:
         out.extend(_stream_context(inc, tl))
     return out
@@ -84,16 +83,9 @@ def _stream_context(inc: Incarnation, tl: Timeline) -> list[Event]:
 
 
 def _env_by_time(tl: Timeline, end: float | None, pids_known: frozenset[int]) -> list[Event]:
-    """Environment lines that name no process we know of, close in time to ``end``."""
-    out = []
-    for e in tl.environment:
-        pid = e.get("pid")
-        if isinstance(pid, int):
-            continue  # names a process: ours by pid, or not ours to guess
-        ts = known_ts(e)
-        if end is not None and ts is not None and abs(ts - end) <= ENV_WINDOW:
-            out.append(e)
-    return out
+    """Environment lines that name no process (one that names a process is ours by pid, or not ours to guess),
+    close in time to ``end``."""
+    return [] if end is None else tl.environment_near(end, ENV_WINDOW)
 
 
 # ---------------------------------------------------------------- phase 3: vote

@@ -184,6 +184,7 @@ class Timeline:
     _removal_lines: dict | None = field(default=None, repr=False)
     _lines_by_file: dict | None = field(default=None, repr=False)
     _requests_by_time: tuple | None = field(default=None, repr=False)
+    _environment_index: tuple | None = field(default=None, repr=False)
 
     def context_between(self, stream: str, lo: float | None, hi: float | None, kinds: frozenset[str]) -> list[Event]:
         """``stream``'s context lines (those that name no process) of these ``kinds`` timed within
@@ -243,6 +244,33 @@ class Timeline:
                             by_file.setdefault(e.origin.file, set()).add(e.origin.line)
             self._removal_lines = {f: sorted(lines) for f, lines in by_file.items()}
         return self._removal_lines.get(file, [])
+
+    def environment_of(self, pids: set[int]) -> list[Event]:
+        """The environment lines that name one of ``pids``, in the order read (indexed once: a kernel log can hold
+        an OOM kill for each of thousands of deaths, and a pass over it for each death grew as their square)."""
+        by_pid = self._environment()[0]
+        found = sorted(x for pid in pids for x in by_pid.get(pid, ()))
+        return [e for _, e in found]
+
+    def environment_near(self, ts: float, within: float) -> list[Event]:
+        """The timed environment lines that name no pid, at most ``within`` seconds from ``ts``, in the order read."""
+        _, times, timed = self._environment()
+        found = sorted(timed[bisect_left(times, ts - within):bisect_right(times, ts + within)])
+        return [e for _, e in found]
+
+    def _environment(self) -> tuple[dict[int, list[tuple[int, Event]]], list[float], list[tuple[int, Event]]]:
+        if self._environment_index is None:
+            by_pid: dict[int, list[tuple[int, Event]]] = {}
+            timed = []
+            for i, e in enumerate(self.environment):
+                pid = e.get("pid")
+                if isinstance(pid, int):
+                    by_pid.setdefault(pid, []).append((i, e))
+                elif known_ts(e) is not None:
+                    timed.append((known_ts(e), i, e))
+            timed.sort(key=lambda x: (x[0], x[1]))
+            self._environment_index = (by_pid, [t for t, _, _ in timed], [(i, e) for _, i, e in timed])
+        return self._environment_index
 
     def requests_by_time(self) -> tuple[list[float], list[tuple[int, Event]], list[tuple[int, Event]]]:
         """The scheduler's retire and close requests with their places in the order read: the timed ones sorted
