@@ -12,7 +12,12 @@ checks that every incarnation is found as a sudden_exit/sigkill death, and print
 cost that grows faster than the deaths shows as a rising column. A ``grep -c`` over the same log is the
 anchor (how fast the bytes alone can be read).
 
-Usage: python bench/explain_scale.py [--sizes 1000,4000,16000] [--formats json,text] [--repeat 3]
+``--kernel``: also a kernel log beside it with each incarnation's OOM kill (the real line of
+sample_logs/pastes/distributed-6110, its pid replaced by each incarnation's), so every death is a
+sudden_exit/oom_killer joined to its kernel line by pid (a cost per death that grows with the environment's lines
+shows here: each death's look for its kernel lines was once a pass over all of them).
+
+Usage: python bench/explain_scale.py [--sizes 1000,4000,16000] [--formats json,text] [--repeat 3] [--kernel]
 Prints the figures; asserts no timing (run it by hand, not in the test suite).
 """
 
@@ -31,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_logs" / "dask-sigkill" / "w1.log"
+KERNEL_SAMPLE = ROOT / "sample_logs" / "pastes" / "distributed-6110" / "paste.txt"
 TS = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
 FORMATS = {
     "json": ["explain", "--format", "json"],
@@ -69,6 +75,15 @@ def build(path: Path, n: int) -> None:
                 f.write(stamp + line if line.startswith(b" - ") else line)
 
 
+def build_kernel_log(path: Path, n: int) -> None:
+    """The kernel's OOM kill of each incarnation's pid (``build`` gives incarnation k the pid 100000 + k)."""
+    line = next(x for x in KERNEL_SAMPLE.read_text().splitlines() if "Killed process" in x)
+    pid = re.search(r"Killed process (\d+)", line).group(1)
+    with open(path, "w") as f:
+        for k in range(n):
+            f.write(line.replace(f"Killed process {pid}", f"Killed process {100000 + k}") + "\n")
+
+
 def timed(args: list[str], log: Path, tmp: str) -> tuple[float, float, bytes]:
     """Wall seconds, peak RSS (MB) of the child, its stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -88,16 +103,22 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,4000,16000,64000,100000")
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--repeat", type=int, default=1, help="runs per figure (the median is printed)")
+    ap.add_argument("--kernel", action="store_true", help="a kernel log of each incarnation's OOM kill beside it")
     a = ap.parse_args()
+    want = ("sudden_exit", "oom_killer") if a.kernel else ("sudden_exit", "sigkill")
     sizes = [int(x) for x in a.sizes.split(",")]
     formats = a.formats.split(",")
     print(f"{'deaths':>8} {'MB':>6} {'grep s':>7} " + " ".join(f"{f + ' s':>10} {'µs/death':>8}" for f in formats)
           + "   peak MB (json)")
     with tempfile.TemporaryDirectory(prefix="kwdiag-scale-") as tmp:
-        log = Path(tmp) / "scale.log"
+        logs = Path(tmp) / "logs"
+        logs.mkdir()
+        log = logs / "scale.log"
         for n in sizes:
             build(log, n)
-            mb = log.stat().st_size / 1e6
+            if a.kernel:
+                build_kernel_log(logs / "kern.dmesg", n)
+            mb = sum(p.stat().st_size for p in logs.iterdir()) / 1e6
             t = time.perf_counter()
             subprocess.run(["grep", "-c", "killed by signal", str(log)], capture_output=True)
             grep_s = time.perf_counter() - t
@@ -105,14 +126,14 @@ def main() -> None:
             for fmt in formats:
                 runs = []
                 for _ in range(a.repeat):
-                    wall, peak, out = timed(FORMATS[fmt], log, tmp)
+                    wall, peak, out = timed(FORMATS[fmt], logs if a.kernel else log, tmp)
                     runs.append(wall)
                     if fmt == "json":
                         peak_json = peak
                         deaths = json.loads(out)["deaths"]
-                        found = sum(1 for d in deaths if (d["cause"], d["detail"]) == ("sudden_exit", "sigkill"))
+                        found = sum(1 for d in deaths if (d["cause"], d["detail"]) == want)
                         if found != n:
-                            print(f"  warning: {found} of {n} sigkill deaths found", file=sys.stderr)
+                            print(f"  warning: {found} of {n} {'/'.join(want)} deaths found", file=sys.stderr)
                 med = statistics.median(runs)
                 cells.append(f"{med:>10.2f} {med / n * 1e6:>8.0f}")
             print(f"{n:>8} {mb:>6.1f} {grep_s:>7.3f} " + " ".join(cells) + f"   {peak_json:.0f}", flush=True)
