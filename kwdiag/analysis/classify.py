@@ -48,7 +48,6 @@ class Inputs:
 
     rules: RuleSet
     file_runtime: dict[str, str | None]
-    all_pids: frozenset[int]
 
 
 # ---------------------------------------------------------------- phase 1: gather
@@ -82,7 +81,7 @@ def _stream_context(inc: Incarnation, tl: Timeline) -> list[Event]:
     return out
 
 
-def _env_by_time(tl: Timeline, end: float | None, pids_known: frozenset[int]) -> list[Event]:
+def _env_by_time(tl: Timeline, end: float | None) -> list[Event]:
     """Environment lines that name no process (one that names a process is ours by pid, or not ours to guess),
     close in time to ``end``."""
     return [] if end is None else tl.environment_near(end, ENV_WINDOW)
@@ -138,7 +137,7 @@ def vote(inc: Incarnation, tl: Timeline, events: list[Event], inp: Inputs) -> tu
     votes, seen = collect_votes(events, inp.rules)
     votes = _relevant_votes(inc, votes)
     decision = decide(votes)
-    env = _env_by_time(tl, inc.ended_at, inp.all_pids)
+    env = _env_by_time(tl, inc.ended_at)
     if env:
         env_votes, env_seen = collect_votes(env, inp.rules)
         open_question = decision.cause == "unknown"
@@ -314,8 +313,7 @@ def classify(tl: Timeline, rules: RuleSet, file_runtime: dict[str, str | None] |
     ``OOMKilled`` reason) is used only when exactly one death fits it (its verdict is one the
     evidence refines, e.g. a SIGKILL for an OOM kill).
     """
-    all_pids = frozenset(p for inc in tl.incarnations() for p in inc.pids)
-    inp = Inputs(rules, file_runtime or {}, all_pids)
+    inp = Inputs(rules, file_runtime or {})
     ended = [inc for inc in tl.incarnations() if inc.ended]
     out = [classify_incarnation(inc, tl, inp) for inc in ended]
     timeless = [e for e in tl.environment if known_ts(e) is None and not isinstance(e.get("pid"), int)]

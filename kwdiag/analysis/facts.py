@@ -298,7 +298,8 @@ def _retired_in_turn(inc: Incarnation, tl: Timeline) -> Event | None:
     ts, end = known_ts(request), known_ts(removal)
     if ts is not None and end is not None and not 0 <= end - ts <= REQUEST_BEFORE:
         return None
-    between = bisect_left(tl.removal_lines(file), line) - bisect_right(tl.removal_lines(file), request.origin.line)
+    removals = tl.removal_lines(file)
+    between = bisect_left(removals, line) - bisect_right(removals, request.origin.line)
     return request if between < len(names) else None
 
 
