@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -294,6 +295,45 @@ def test_reading_that_takes_a_while_shows_progress_on_a_terminal():
     code, terminal = _explain_on_a_terminal([], _slow_log_blocks(), pause=1.5)
     assert code == 0, terminal
     assert "reading logs" in terminal and "worker(s) ended so far" in terminal, terminal[-2000:]
+    # Once read, the bar gives way to a spinner for the analysis (with many deaths as long as the reading).
+    said = re.search(r"explaining ([\d,]+) lifecycle lines \((\d+) worker\(s\) ended\)", terminal)
+    assert said and terminal.index("reading logs") < said.start(), terminal[-2000:]
+    assert int(said.group(1).replace(",", "")) > 0 and int(said.group(2)) >= 1, said.group(0)
+
+
+def _finished_reading(events: int, ended: int):
+    from kwdiag.readers.text import Progress
+
+    progress = Progress(total=None)
+    progress.finished, progress.events, progress._ended = True, events, set(range(ended))
+    return progress
+
+
+def test_an_analysis_that_takes_a_while_after_a_quick_read_shows_a_spinner(monkeypatch):
+    """The reading was too quick for its bar; the analysis goes on past ``after``: the spinner appears then, and
+    goes when the report is out. An analysis done before ``after`` shows nothing."""
+    from kwdiag import cli_io
+
+    monkeypatch.setattr(cli_io.sys.stderr, "isatty", lambda: True, raising=False)
+    shown = cli_io.ReadingProgress(after=0.3)
+    assert shown.enabled
+    with shown:
+        shown.update(_finished_reading(144_000, 16_000))
+        assert shown._spinner is None          # not yet: most explains are done well before
+        deadline = time.monotonic() + 30
+        while shown._spinner is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert shown._spinner is not None
+        assert "explaining 144,000 lifecycle lines (16,000 worker(s) ended)" in \
+            str(shown._spinner.columns[1].text_format)
+    assert not shown._spinner.live.is_started
+
+    quick = cli_io.ReadingProgress(after=0.3)
+    with quick:
+        quick.update(_finished_reading(10, 1))
+    timer = quick._timer
+    timer.join(5)
+    assert quick._spinner is None and not timer.is_alive()
 
 
 def test_quiet_shows_no_progress():

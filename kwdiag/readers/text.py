@@ -341,11 +341,14 @@ def events_from_tail(ev: Event, rules: RuleSet, timeouts: RuleTimeouts | None = 
 
 class Progress:
     """How far reading has got, for a progress display: bytes read of ``total`` (None when not known ahead: stdin,
-    gzip), and the workers some end line was read about so far (a rough count of deaths, before analysis)."""
+    gzip), and the workers some end line was read about so far (a rough count of deaths, before analysis).
+    ``finished`` is set, and ``events`` counted, for the last report: the reading is over and the analysis begins."""
 
     def __init__(self, total: int | None):
         self.total = total
         self.done = 0
+        self.finished = False
+        self.events = 0
         self._before = 0   # the bytes of the inputs already read
         self._ended: set = set()
 
@@ -357,7 +360,10 @@ class Progress:
         self.done = self._before + done_in_input
         for e in new_events:
             if e.kind in END:
-                self._ended.add(e.worker or e.get("address") or e.get("pid") or id(e))
+                # A line that names no process (a nanny's `Restarting worker`) counts once per file: rough, but
+                # never one per line, which counted each death three times over.
+                self._ended.add(e.worker or e.get("address") or e.get("pid")
+                                or (e.origin.file if e.origin is not None else None, "unnamed"))
 
     def next_input(self, nbytes: int) -> None:
         self._before += nbytes
@@ -656,6 +662,8 @@ def read_events(paths: Iterable[str], rules: RuleSet, on_progress: "Callable[[Pr
             on_progress(progress)
 
         r = read_input(inp, rules, timeouts, tell if on_progress is not None else None)
+        if on_progress is not None:
+            progress.update(r.bytes, r.events[seen:])   # the lines read after the last block's report
         progress.next_input(r.bytes)
         results.append(r)
         problems.extend(r.problems)
@@ -667,4 +675,7 @@ def read_events(paths: Iterable[str], rules: RuleSet, on_progress: "Callable[[Pr
             r.events = [e for e in r.events if e.kind not in DUPLICATED_BY_EVENTS]
         events.extend(r.events)
     events.sort(key=lambda e: e.ts)
+    if on_progress is not None:
+        progress.finished, progress.events = True, len(events)
+        on_progress(progress)
     return events, results, problems
