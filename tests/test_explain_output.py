@@ -224,8 +224,6 @@ def test_analysis_never_imports_the_runtime():
     for p in list((ROOT / "kwdiag" / "analysis").rglob("*.py")) + list((ROOT / "kwdiag" / "readers").rglob("*.py")) \
             + list((ROOT / "kwdiag" / "report").rglob("*.py")) + list((ROOT / "kwdiag" / "timeline").rglob("*.py")) \
             + [ROOT / "kwdiag" / "cli_analysis.py"]:
-        import re
-
         src = p.read_text()
         assert not re.search(r"^\s*(?:from|import)\s+kwdiag\.runtime|^\s*from\s+kwdiag\s+import\s+runtime", src, re.M), p
 
