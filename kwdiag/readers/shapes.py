@@ -35,6 +35,11 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 # An ISO timestamp in front of a line that has a timestamp of its own (kubectl --timestamps, shippers).
 _LEADING_ISO = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+(?=\S)")
 _DASK_TS = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+# A collector's RFC 3339 stamp (kubectl --timestamps, Docker, Loki: a "T" and a zone, which logging's asctime never
+# has) in front of a line without a stamp of its own (a traceback's): the stamp is the line's time and goes, so that
+# rules read the line as the process printed it. Not when a logging level follows (a custom format's own stamp).
+_COLLECTOR_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)\s+")
+_LEVEL_WORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 # Dask's own layout as its default logging config writes it ("2026-11-21 10:56:57,123 - distributed..."): no
 # wrapper can be around such a line (each starts otherwise, or needs a second stamp after its own), so it is
@@ -90,6 +95,11 @@ def _unwrapped(line: str, year: int | None = None) -> tuple[str, float | None, s
         m = _LEADING_ISO.match(line)
         if m and _DASK_TS.match(line[m.end():]):
             line = line[m.end():]  # the Dask line's own time is the one to read
+        else:
+            m = _COLLECTOR_STAMP.match(line)
+            if m and not _LEVEL_WORD.search(line, m.end(), m.end() + 40):
+                ts = _iso_time(m.group(1), m.group(2))
+                line = line[m.end():]
         if line == before:
             break
     return line.strip().strip("`").strip(), ts, who

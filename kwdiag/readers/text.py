@@ -17,6 +17,7 @@ import bisect
 import calendar
 import dataclasses
 import itertools
+import json
 import os
 import re
 import sys
@@ -513,12 +514,42 @@ def _read_value_in(data: bytes, a_notebook: bool, whole: bool, state: _FileState
     held = notebook.notebook_text(data) if a_notebook else None
     if held is not None:
         return _read_notebook(data, *held, state)
-    lines = pyrepr.log_lines(data.decode("utf-8", "replace")) if whole else None
+    lines = (_json_document_lines(data) or pyrepr.log_lines(data.decode("utf-8", "replace"))) if whole else None
     if lines is not None:
         state.on_value(_in_time_order(lines))
         return ScanStats(bytes=len(data), lines=data.count(b"\n") + (not data.endswith(b"\n")), head=data[:65536],
                          printed_value=True)
     return _read_mixed(data, state) if len(data) <= MIXED_MAX else None
+
+
+def _json_document_lines(data: bytes) -> list[pyrepr.ValueLine] | None:
+    """The lines of a whole JSON document of log records (``jsonlog.records_in``: a collector's export), each as
+    a JSON line of it would be read, in time order (``gcloud logging read`` gives the newest first), each shown at
+    the line of the file that holds its text; None when ``data`` is not such a document."""
+    if data.lstrip()[:1] not in (b"[", b"{"):
+        return None
+    try:
+        records = jsonlog.records_in(json.loads(data))
+    except (ValueError, RecursionError):
+        return None
+    if not records:
+        return None
+    text = data.decode("utf-8", "replace")
+    shown: list[int] = []   # the file's line holding each record's text, found after the last one, as JSON spells it
+    at, lineno = 0, 1
+    for entry in records:
+        found = text.find(json.dumps(jsonlog.carried_text(entry), ensure_ascii=False)[1:-1], at)
+        if found >= 0:
+            lineno += text.count("\n", at, found)
+            at = found
+        shown.append(lineno)
+    times = [jsonlog.record_time(r) for r in records]
+    order = list(range(len(records)))
+    if all(t is not None for t in times):
+        if sum(b < a for a, b in zip(times, times[1:])) > sum(b > a for a, b in zip(times, times[1:])):
+            order.reverse()   # newest first: turned round, so that records of one time keep the order they came in
+        order.sort(key=lambda k: times[k])
+    return [pyrepr.ValueLine(shown[k], None, line) for k in order for line in jsonlog.text_lines(records[k])]
 
 
 def _read_gzipped_value(path: str, state: _FileState) -> ScanStats | None:
