@@ -114,6 +114,8 @@ def run_case(version: str, case: dict, force: bool, timeout: float) -> str:
         return "%s skip (labels.json exists)" % case["id"]
     py = venvs.ensure(version, log=lambda s: print(s, flush=True))
     json_logger = None
+    if case.get("collector") == "journald_json" and not os.path.exists("/run/systemd/journal/stdout"):
+        return "%s not run: no systemd-journald (start /lib/systemd/systemd-journald as root first)" % case["id"]
     if case.get("collector") == "json":   # the formatter Dask's logging config names (pip picks one for its Python)
         probe = [str(py), "-c", "import pythonjsonlogger, importlib.metadata as m; print(m.version('python-json-logger'))"]
         if subprocess.run(probe, capture_output=True).returncode:

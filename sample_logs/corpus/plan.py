@@ -115,11 +115,14 @@ EXTRAS = [
 # custom `logging` format, one merged stream with compose-style prefixes in arrival order, kubectl's
 # `--timestamps --prefix` lines, and journald's `short-iso` lines (arrival times, the process's pid). They are
 # appended (not crossed into the pairwise part) so that the 70 cases of every version keep their ids and logs.
-COLLECTORS = ["json", "custom_format", "compose", "kubectl", "journald"]
+# Then (2026-11-28) two collectors that store each raw line in a JSON record: Docker's json-file driver (one file per
+# container, `{"log": ..., "stream": ..., "time": ...}`) and the journal exported by `journalctl -o json` (a real
+# systemd-journald fed by `systemd-cat`; one export for every process).
+COLLECTORS = ["json", "custom_format", "compose", "kubectl", "journald", "docker_json", "journald_json"]
 COLLECTOR_DEATHS = ["sigkill", "segfault", "nanny_memory", "sys_exit", "uncaught_exception_outside_task",
                     "retire", "sigterm_worker_cli", "heartbeat_timeout"]
 COLLECTOR_SHORT = {"text": "", "json": "json", "custom_format": "fmt", "compose": "compose", "kubectl": "kubectl",
-                   "journald": "journald"}
+                   "journald": "journald", "docker_json": "docker", "journald_json": "journaljson"}
 
 
 def collector_cases() -> list[dict]:

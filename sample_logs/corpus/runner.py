@@ -404,6 +404,12 @@ class Run:
             f = open(str(self.logdir / ("%s.log" % name)), "wb")
             self.files.append(f)
             p = subprocess.Popen(argv, stdout=f, stderr=f, stdin=subprocess.DEVNULL, env=e, cwd=str(self.work))
+        elif self.collector == "journald_json":
+            # systemd-cat connects the process's stdout and stderr to the running systemd-journald and execs it
+            # (so the journal's _PID is the process's); the journal is exported as JSON when the case ends
+            ident = "dask-scheduler" if name == "scheduler" else "dask-worker"
+            p = subprocess.Popen(["systemd-cat", "-t", ident, "--level-prefix=false"] + argv,
+                                 stdin=subprocess.DEVNULL, env=e, cwd=str(self.work))
         else:
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  env=e, cwd=str(self.work))
@@ -417,10 +423,11 @@ class Run:
     def collect(self, name, p):
         """Copy one process's output line by line as it arrives, the way the case's collector stores it:
         compose (one file, `worker-1  | ` prefixes, arrival order), kubectl (`--timestamps --prefix`, one file
-        per pod) or journald (`journalctl -o short-iso`: one file, arrival time, identifier and pid)."""
+        per pod), journald (`journalctl -o short-iso`: one file, arrival time, identifier and pid) or Docker's
+        json-file driver (one JSON record per line, one file per container)."""
         service = "scheduler" if name == "scheduler" else "worker-%d" % (self.names.index(name) + 1)
-        if self.collector == "kubectl":
-            out = open(str(self.logdir / ("%s.log" % name)), "wb")
+        if self.collector in ("kubectl", "docker_json"):
+            out = open(str(self.logdir / (("%s-json.log" if self.collector == "docker_json" else "%s.log") % name)), "wb")
             self.files.append(out)
         else:
             with self.merge_lock:
@@ -436,6 +443,16 @@ class Run:
                 head = ("[pod/dask-%s-5c7d9f8b6-x2k4q/%s] %s.%09dZ " % (
                     service, "scheduler" if name == "scheduler" else "worker",
                     time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)), int(now % 1 * 1e9))).encode()
+            elif self.collector == "docker_json":
+                # Docker's json-file driver: one record per line, the line with its newline, RFC 3339 nano time
+                text = line.decode("utf-8", "replace")
+                record = json.dumps({"log": text if text.endswith("\n") else text + "\n", "stream": "stderr",
+                                     "time": "%s.%09dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)),
+                                                           int(now % 1 * 1e9))}, separators=(",", ":"))
+                with self.merge_lock:
+                    out.write(record.encode() + b"\n")
+                    out.flush()
+                continue
             else:
                 head = ("%s+0000 node-1 dask[%d]: " % (
                     time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)), p.pid)).encode()
@@ -1195,6 +1212,27 @@ class Run:
             t.join(30)
         for f in self.files:
             f.close()
+        if self.collector == "journald_json":
+            self.export_journal()
+
+    def export_journal(self):
+        """``journalctl -o json`` of this case's processes (by _PID) into journald.json, once the journal holds
+        all they printed: their streams are read by journald after they exit, so wait until the count is still."""
+        pids = set(str(p.pid) for p in self.procs.values())
+        argv = ["journalctl", "-o", "json", "--no-pager", "-t", "dask-scheduler", "-t", "dask-worker"]
+        kept, before, still_since = [], -1, time.time()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
+            kept = [x for x in out.splitlines() if json.loads(x.decode("utf-8", "replace")).get("_PID") in pids]
+            if len(kept) != before:
+                before, still_since = len(kept), time.time()
+            elif time.time() - still_since > 2:
+                break
+            time.sleep(0.2)
+        with open(str(self.logdir / "journald.json"), "wb") as f:
+            for x in kept:
+                f.write(x + b"\n")
 
 
 def main():
