@@ -197,9 +197,10 @@ class StreamAttributor:
         if p is None and (address is not None or inc is not None or e.worker is not None):
             p = self._new(e, address=address, pid=pid, inc=inc, name=e.worker)  # named by the line itself
         if p is None and not self.multi:
-            p = self.current
-            if p is None:
-                p = self._new(e)
+            if self._restarted_before(slot, named):
+                self.orphans.append(e)   # it waits for the death it explains, as in a file several processes share
+                return
+            p = self.current if self.current is not None else self._new(e)
         if p is None:
             p = self._unnamed_target(e, slot, pid)
             if p is None:
@@ -228,6 +229,12 @@ class StreamAttributor:
                 follow = self._killed_awaiting_exit(e, pid)
             p = follow or self._new(e, address=address, pid=pid, inc=inc, name=e.worker)
         self._give(p, e, address, pid, inc)
+
+    def _restarted_before(self, slot: str | None, named: bool) -> bool:
+        """Whether a line that names no process and ends nothing (a traceback) comes after the current process's
+        nanny restarted it: the process is gone, and the line is a later process's, whose own lines may not say
+        where it starts (a LocalCluster's stderr at WARNING holds no start lines)."""
+        return slot is None and not named and self.current is not None and "restart" in self.current.slots
 
     def _not_the_current(self, e: Event, address: str | None, named: bool) -> Incarnation | None:
         """In a file of one nanny's or one worker's lines, the process a line that the current process cannot
