@@ -102,3 +102,16 @@ def test_the_schedulers_log_alone_tells_a_close_that_gave_no_reason(tmp_path):
     pasted = tmp_path / "paste.txt"
     pasted.write_text(re.sub(r"(?m)^\d{4}-\d\d-\d\d [\d:,]+ - ", "", text))
     assert sorted((d.worker, d.cause, d.detail) for d in analyze([str(pasted)], rules=_rules()).deaths) == want
+
+
+def test_a_restart_at_warning_level_names_a_requested_restart_among_its_readings():
+    """`Restarting worker` is all a LocalCluster at WARNING prints of `client.restart()` (Dask 2022.4.2 and later
+    print it for a requested restart as for a crash): unknown, and the requested restart is one of the readings
+    named, with the way to tell them apart; the report never says the nanny did not ask for it."""
+    report = analyze([str(SAMPLES / "dask-localcluster-restart")], rules=_rules())
+    assert [(d.cause, d.detail) for d in report.deaths] == [("unknown", "restarted")] * 3
+    for d in report.deaths:
+        assert "chose_to_exit/restart" in d.alternatives and "sudden_exit/sigkill" in d.alternatives
+        assert "did not ask" not in d.summary
+        assert any("silence_logs=logging.INFO" in h.text for h in d.hints)
+        assert not any("DASK_LOGGING__DISTRIBUTED" in h.text for h in d.hints)
