@@ -84,6 +84,25 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _default_showwarning = None
 
 
+def _usage_errors_in_one_line() -> None:
+    """A usage error (an unknown option, a missing or bad argument) is one line on stderr, as for every other
+    error (README: exit code 2, one line), instead of click's usage block; ``kwdiag`` alone still shows the help."""
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
+    if getattr(UsageError.show, "_kwdiag", False):
+        return
+    shown_as_click_would = UsageError.show
+
+    def show(self, file=None) -> None:
+        if isinstance(self, NoArgsIsHelpError):
+            return shown_as_click_would(self, file)
+        command = self.ctx.command_path if self.ctx is not None else "kwdiag"
+        print(f"kwdiag: error: {self.format_message()} (see `{command} --help`)", file=file or sys.stderr)
+
+    show._kwdiag = True
+    UsageError.show = show
+
+
 def main(argv: list[str] | None = None) -> None:
     global _default_showwarning
     import warnings
@@ -93,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         warnings.showwarning = _show_warning
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    _usage_errors_in_one_line()
     try:
         register(args)(args=args, prog_name="kwdiag", standalone_mode=True)
     except KwdiagError as exc:

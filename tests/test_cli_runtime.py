@@ -67,14 +67,19 @@ def test_scheduler_and_worker_by_hand(tmp_path):
     (["worker", "tcp://127.0.0.1:9", "--memory-limit", "banana"], {"KWDIAG_SECRET": "00"}, "not a size"),
     (["scheduler", "--port", "0"], {"KWDIAG_SECRET": ""}, "--scheduler-file is required unless KWDIAG_SECRET"),
     (["scheduler", "--port", "0", "--new-secret"], {"KWDIAG_SECRET": "ab" * 32}, "--new-secret asks for a new"),
-    (["worker", "--no-such-option"], {}, "No such option"),
+    (["worker", "--no-such-option"], {}, "No such option: --no-such-option"),
     (["scheduler", "--scheduler-file", "x", "--set", "allowed_failures"], {}, "KEY=VALUE"),
+    (["explain", "--bogus", "x.log"], {}, "No such option: --bogus"),
+    (["explain", "--format"], {}, "Option '--format' requires an argument"),
+    (["run", "--fial-on", "sudden_exit", "job.py"], {}, "no such option: --fial-on (see `kwdiag run --help`)"),
+    (["no-such-command"], {}, "No such command 'no-such-command'"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(args, env, message):
     result = run_cli(*args, env=env)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
-    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("kwdiag: error: "), \
+        result.stderr
 
 
 def test_scheduler_file_problems_are_one_clear_line(tmp_path):

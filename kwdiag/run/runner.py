@@ -229,6 +229,9 @@ def run(job_argv: list[str], options: RunOptions, *, rules_dirs: tuple[str, ...]
     from kwdiag.run.backend import make_backend
 
     script = job_argv[0]
+    if script.startswith("-") and not os.path.isfile(script):
+        # run passes everything after its own options to the job, so a misspelled option lands here
+        raise KwdiagError(f"no such option: {script} (see `kwdiag run --help`)", USAGE)
     if not os.path.isfile(script):
         raise KwdiagError(f"no such job script: {script}", USAGE)
     fail_on = [parse_selector(item, "--fail-on") for item in split_items(options.fail_on)]
