@@ -161,6 +161,10 @@ def test_a_merged_export_tells_the_processes_apart_by_what_the_collector_names()
     assert jsonlog.text_lines(rec) == ["2026-11-21T10:56:57.911000+0000 node-1 dask-worker[4242]: 2026-11-21 "
                                        "10:56:57,911 - distributed.nanny - INFO - Worker process 3536 was killed by "
                                        "signal 9"]
+    # journald names a nanny's worker process by its own pid; the stdout stream it inherited is its command's
+    nanny, worker = dict(rec, _STREAM_ID="9b0b918b5e2a"), dict(rec, _PID="4250", _STREAM_ID="9b0b918b5e2a")
+    assert jsonlog.text_lines(nanny)[0].split(": ", 1)[0] == jsonlog.text_lines(worker)[0].split(": ", 1)[0] == \
+        "2026-11-21T10:56:57.911000+0000 node-1 dask-worker@9b0b918b5e2a"
     pod = {"log": "x\n", "time": "2026-11-21T10:56:57.911Z", "kubernetes": {"pod_name": "dask-w-0",
                                                                           "container_name": "worker"}}
     assert jsonlog.text_lines(pod) == ["[pod/dask-w-0/worker] 2026-11-21T10:56:57.911Z x"]
@@ -203,6 +207,17 @@ def test_an_export_points_at_the_line_of_the_file_that_holds_each_line(tmp_path)
     for d in report.deaths:
         for ev in d.evidence:
             assert ev.text.split(" ", 2)[-1][:60] in shown[ev.line - 1], (ev.line, ev.text)
+
+
+def test_an_export_on_one_line_is_read_as_a_document(tmp_path):
+    """A compact export (``jq -c``, an API's answer): the whole array on one line (read as a value among lines)."""
+    _gcloud("dask-sigkill", tmp_path)
+    entries = json.loads((tmp_path / "gcloud.json").read_text())
+    (tmp_path / "gcloud.json").write_text(json.dumps(entries) + "\n")
+    report = analyze([str(tmp_path / "gcloud.json")], rules=RULES)
+    assert not report.problems   # (read as a printed Python value, its times were lines with an impossible stamp)
+    assert Counter((d.cause, d.detail) for d in report.deaths) == _deaths(
+        sorted((ROOT / "sample_logs/dask-sigkill").glob("*.log")))
 
 
 @pytest.mark.parametrize("document", ['[1, 2, 3]', '{"events": [{"ingestionTime": 5}]}', '{"a": "b"}',

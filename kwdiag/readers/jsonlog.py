@@ -13,7 +13,7 @@ record is one line's worth of evidence whatever its fields' order.
 Also covers a collector's record around one raw line of a process's output, the line as the process printed it:
 Docker's json-file driver and Fluentd / Fluent Bit (``log``, with ``time``; Fluent Bit's Kubernetes filter adds
 ``kubernetes.pod_name`` / ``container_name``), ``journalctl -o json`` (``MESSAGE``, ``__REALTIME_TIMESTAMP``,
-``_HOSTNAME``, ``SYSLOG_IDENTIFIER``, ``_PID``), Loki's ``logcli --output=jsonl`` (``line``, ``timestamp``,
+``_HOSTNAME``, ``SYSLOG_IDENTIFIER``, and ``_STREAM_ID``, else ``_PID``), Loki's ``logcli --output=jsonl`` (``line``, ``timestamp``,
 ``labels``) and Google Cloud Logging (``textPayload``, ``timestamp``, ``resource.labels``). ``text_lines`` gives
 such a line back in the text shape of the same collector's own text output (``journalctl -o short-iso``,
 ``kubectl logs --timestamps --prefix``, a compose-style ``name | `` prefix), which ``kwdiag.readers.shapes``
@@ -201,7 +201,13 @@ def _journal_head(record: dict[str, Any]) -> str:
     pid = record.get("_PID") or record.get("SYSLOG_PID")
     host = record.get("_HOSTNAME") or "localhost"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(micros // 10**6)) + f".{micros % 10**6:06d}+0000"
-    who = f"{_name(str(host))} {_name(str(ident))}" + (f"[{int(pid)}]" if str(pid or "").isdigit() else "")
+    stream = record.get("_STREAM_ID")
+    if isinstance(stream, str) and stream:
+        # One stdout connection, one command: a `dask worker`'s nanny and the worker processes it starts write to
+        # the stream it inherited, and journald names each line by its writer's pid; the stream says whose they are.
+        who = f"{_name(str(host))} {_name(str(ident))}@{_name(stream)[:12]}"
+    else:
+        who = f"{_name(str(host))} {_name(str(ident))}" + (f"[{int(pid)}]" if str(pid or "").isdigit() else "")
     return f"{stamp} {who}: "
 
 
