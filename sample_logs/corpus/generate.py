@@ -180,7 +180,7 @@ def run_case(version: str, case: dict, force: bool, timeout: float) -> str:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    files = [store_log(f, dest) for f in sorted(logdir.glob("*.log"))]
+    files = [store_log(f, dest) for f in sorted([*logdir.glob("*.log"), *logdir.glob("*.jsonl")])]
     pins = venvs.pins(version)
     factors = {k: case[k] for k in planmod.FACTORS}
     extra = {k: v for k, v in case.items() if k not in planmod.FACTORS and k != "id"}

@@ -262,6 +262,7 @@ class Run:
         self.cluster = None
         self.n_marker = 0
         self.collector = self.case.get("collector", "text")
+        self.t_journal = time.time()             # journald_json: the case's records are those from here on
         self.readers = []                       # threads copying a process's output as a collector would
         self.merge_lock = threading.Lock()
         self.merged = None                      # compose / journald: one file for every process
@@ -1216,21 +1217,23 @@ class Run:
             self.export_journal()
 
     def export_journal(self):
-        """``journalctl -o json`` of this case's processes (by _PID) into journald.json, once the journal holds
-        all they printed: their streams are read by journald after they exit, so wait until the count is still."""
-        pids = set(str(p.pid) for p in self.procs.values())
+        """``journalctl -o json`` of this case into journal.jsonl: the records of its identifiers since the case
+        began (cases run one at a time). journald names each line by the process that wrote it, a nanny's worker
+        process by its own pid. It reads a stream after its writer exits, so wait until the count is still."""
         argv = ["journalctl", "-o", "json", "--no-pager", "-t", "dask-scheduler", "-t", "dask-worker"]
+        since = int(self.t_journal * 1e6)
         kept, before, still_since = [], -1, time.time()
         deadline = time.time() + 60
         while time.time() < deadline:
             out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
-            kept = [x for x in out.splitlines() if json.loads(x.decode("utf-8", "replace")).get("_PID") in pids]
+            kept = [x for x in out.splitlines()
+                    if int(json.loads(x.decode("utf-8", "replace")).get("__REALTIME_TIMESTAMP", 0)) >= since]
             if len(kept) != before:
                 before, still_since = len(kept), time.time()
             elif time.time() - still_since > 2:
                 break
             time.sleep(0.2)
-        with open(str(self.logdir / "journald.json"), "wb") as f:
+        with open(str(self.logdir / "journal.jsonl"), "wb") as f:
             for x in kept:
                 f.write(x + b"\n")
 
