@@ -340,6 +340,8 @@ class Scheduler:
         return address
 
     def handle_heartbeat(self, stream: Stream, msg: dict) -> dict:
+        if stream.info.get("restarting"):
+            return {"status": "ok"}   # a process its nanny is about to kill for a restart: not to register again
         address = self._worker_of(stream)
         if address is None or not self.state.heartbeat(address, msg.get("memory")):
             return {"status": "missing"}
@@ -606,6 +608,7 @@ class Scheduler:
                            [ws.address for ws in no_nanny])
         # Flush the task state first: every client future is cancelled, as Dask's restart does.
         self.apply(self.state.restart())
+        kept = []
         for ws in olds:
             self.last_seen.pop(ws.address, None)
             old = self.streams.pop(ws.address, None)
@@ -614,9 +617,16 @@ class Scheduler:
                 if not ws.nanny:   # told to close before the connection ends (a closed stream sends nothing)
                     old.send({"op": "close", "reason": "restart"})
                     await old.drain(1.0)
-                old.close()
+                    old.close()
+                else:
+                    # Its nanny kills it next, and its end closes the connection. Closed here, the worker would
+                    # reconnect and register again before the kill (~10 ms), and be counted dead twice.
+                    old.info["restarting"] = ws.address
+                    kept.append(old)
         await asyncio.gather(*(self._nanny_request(ws.nanny, "restart", reason="restart", timeout=timeout)
                                for ws in olds if ws.nanny))
+        for old in kept:   # a nanny that could not restart its worker: the old process is on its own now
+            old.close()
         expected = n - len(no_nanny)
         running = await self._wait_for_workers(expected, timeout)
         if len(running) < expected:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -514,6 +515,51 @@ def test_restart_kills_every_worker_flushes_state_and_brings_them_back(log_dir):
         assert len(exits) == 2 and all(e.fields["caused_by"] == "restart" for e in exits)
         assert read_events(log_dir, "restart", source="scheduler")
         assert client.submit(inc, 5).result(timeout=30) == 6
+    # Each old process is removed once, as expected, and never registers again before its nanny kills it (it
+    # did when the scheduler closed its connection first: a second incarnation with the same pid, dead twice).
+    registered = read_events(log_dir, "worker-registered", source="scheduler")
+    assert sorted(e.fields.get("pid") for e in registered) == sorted([*before.values(), *after.values()])
+    old = {e.fields["address"] for e in registered if e.fields.get("pid") in before.values()}
+    removed = [e for e in read_events(log_dir, "worker-removed", source="scheduler") if e.fields["address"] in old]
+    assert [(e.fields["how"], e.fields["expected"]) for e in removed] == [("restart", True)] * 2, \
+        [e.message for e in removed]
+    deaths = Counter((d.worker, d.cause, d.detail) for d in analyze([str(log_dir)]).deaths)
+    assert deaths == Counter({**{(w, "chose_to_exit", "restart"): 1 for w in before},
+                              **{(w, "chose_to_exit", "shutdown"): 1 for w in before}})
+
+
+def test_a_restarting_worker_does_not_register_again_while_its_nanny_is_slow_to_kill_it(log_dir):
+    """The nannies are stopped (SIGSTOP) while the client restarts the cluster, so their kills come late, as on a
+    loaded machine: the old worker processes must not register again meanwhile (when the scheduler closed their
+    connections first, each reconnected within ~10 ms and was then counted dead a second time, same pid)."""
+    import threading
+
+    with LocalCluster(n_workers=2, memory_limit=None, log_dir=log_dir) as cluster, Client(cluster) as client:
+        before = {i["name"]: i["pid"] for i in client.scheduler_info()["workers"].values()}
+        nannies = [p for name, p in cluster.processes.items() if name.startswith("worker-")]
+        for nanny in nannies:
+            os.kill(nanny.pid, signal.SIGSTOP)
+        restarted = threading.Thread(target=client.restart, daemon=True)
+        try:
+            restarted.start()
+            wait_until(lambda: read_events(log_dir, "restart", source="scheduler"), what="the restart request")
+
+            def registered_again():
+                return [e for e in read_events(log_dir, "worker-registered", source="scheduler")
+                        if e.fields.get("pid") in before.values()][len(before):]
+            # the bug showed within ~10 ms; a window of 100 times that, for an event that must not come
+            with pytest.raises(AssertionError, match="timed out"):
+                wait_until(registered_again, timeout=1.5, what="an old worker registering again")
+        finally:
+            for nanny in nannies:
+                os.kill(nanny.pid, signal.SIGCONT)
+        restarted.join(60)
+        assert not restarted.is_alive()
+        after = {i["name"]: i["pid"] for i in client.scheduler_info()["workers"].values()}
+        assert set(after) == set(before) and not set(after.values()) & set(before.values())
+    deaths = Counter((d.worker, d.cause, d.detail) for d in analyze([str(log_dir)]).deaths)
+    assert deaths == Counter({**{(w, "chose_to_exit", "restart"): 1 for w in before},
+                              **{(w, "chose_to_exit", "shutdown"): 1 for w in before}})
 
 
 # ---------------------------------------------------------------------- no litter in the temporary folder
