@@ -218,3 +218,29 @@ def test_the_notebook_view_renders_in_a_dark_page(tmp_path):
     assert sizes[-1] > 40_000, sizes
     if os.environ.get("KWDIAG_UPDATE_SNAPSHOTS"):
         (Path(__file__).parent.parent / "docs" / "images" / "notebook-explain.png").write_bytes(data)
+
+
+OWN_CLUSTER_JOBS = {
+    # the documented idiom, which Dask refuses once a scheduler address is configured
+    "client-with-cluster-arguments": ("from dask.distributed import Client\n"
+                                      "with Client(n_workers=1, threads_per_worker=1) as client:\n"
+                                      "    print(client.submit(sum, [1, 2]).result())\n", "refused the job's cluster arguments"),
+    "its-own-localcluster": ("from dask.distributed import Client, LocalCluster\n"
+                             "with LocalCluster(n_workers=1, dashboard_address=None) as c, Client(c) as client:\n"
+                             "    print(client.submit(sum, [1, 2]).result())\n", "ran no task on the Dask cluster kwdiag started"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(OWN_CLUSTER_JOBS))
+def test_kwdiag_run_dask_says_when_the_job_did_not_join_its_cluster(tmp_path, shape):
+    """Under --dask a job's Client() joins the cluster kwdiag started; one that makes its own cluster (or passes
+    cluster arguments to Client, which Dask then refuses) is told why kwdiag's workers ran nothing of it."""
+    code, said = OWN_CLUSTER_JOBS[shape]
+    (tmp_path / "job.py").write_text(code)
+    result = subprocess.run([sys.executable, "-m", "kwdiag", "run", "--dask", "--workers", "1", "--log-dir", "run",
+                             "job.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env=child_env({"NO_COLOR": "1"}))
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["tasks"]["submitted"] == 0, result.stderr[-3000:]
+    assert len(manifest["notes"]) == 1 and said in manifest["notes"][0], manifest.get("notes")
+    assert said in " ".join(result.stderr.split())

@@ -94,6 +94,8 @@ def test_run_in_a_pipe_passes_the_job_through_and_ends_with_the_diagnosis(tmp_pa
     assert manifest["deaths_by_cause"] == {"sudden_exit/sigkill": 1, "chose_to_exit/shutdown": 2}
     assert manifest["tasks"]["finished"] >= 101 and manifest["tasks"]["erred"] == 1
     assert manifest["versions"]["kwdiag"] and manifest["args"] == ["--a", "b"]
+    # the command as typed, its own options too
+    assert manifest["command"] == ["kwdiag", "run", "--workers", "2", "--memory-limit", "1GiB", str(job), "--a", "b"]
     assert "notes" not in manifest and "ran no task on kwdiag's cluster" not in err   # it ran on kwdiag's cluster
     assert (run_dir / "job.stdout").read_text() == out
     assert "to stderr" in (run_dir / "job.stderr").read_text()
@@ -393,9 +395,24 @@ def test_a_dask_job_that_starts_its_own_cluster_is_told_how_to_be_watched(tmp_pa
     out, err = result.stdout.decode(), result.stderr.decode()
     assert result.returncode == 0, err[-3000:]
     assert "value: 42" in out
-    assert "ran no task on kwdiag's cluster" in err and "kwdiag run --dask" in err and "kwdiag.runtime" in err
+    said = " ".join(err.split())   # the note is wrapped to 80 columns
+    assert "ran no task on kwdiag's cluster" in said and "kwdiag run --dask" in said and "kwdiag.runtime" in said
+    assert all(len(line) <= 80 for line in err[err.index("Note:"):].splitlines())
     manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
     assert manifest["tasks"]["submitted"] == 0 and len(manifest["notes"]) == 1
     # The Dask worker's SIGKILL (its cause not in WARNING lines), and kwdiag's two unused workers closed at the end.
     assert manifest["deaths_by_cause"] == {"unknown/restarted": 1, "chose_to_exit/shutdown": 2}
 
+
+
+def test_a_job_that_runs_no_task_on_kwdiags_cluster_is_told_so_even_when_dask_printed_nothing(tmp_path):
+    """A Dask job whose own LocalCluster printed nothing (no death, or none at WARNING) left no Dask line to go by:
+    the run still says that its workers ran no task of the job's, and how to have them watched."""
+    (tmp_path / "quiet.py").write_text("print('nothing distributed here')\n")
+    result = run_kwdiag(["run", "--workers", "1", str(tmp_path / "quiet.py")], tmp_path)
+    err = result.stderr.decode()
+    assert result.returncode == 0, err[-3000:]
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["tasks"]["submitted"] == 0
+    assert len(manifest["notes"]) == 1 and "If it uses Dask" in manifest["notes"][0]
+    assert "ran no task on kwdiag's cluster. If it uses Dask" in " ".join(err.split())

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections import Counter
@@ -105,7 +106,11 @@ def _stop_job(job: subprocess.Popen, first: int) -> None:
 
 
 def _manifest(job_argv: list[str], options: RunOptions, started: float, runtime: str) -> dict[str, Any]:
-    return {"command": ["kwdiag", "run", *job_argv], "job": os.path.abspath(job_argv[0]), "args": job_argv[1:],
+    # the command line as typed (its options too), when this process is that command; else what it amounts to
+    typed = sys.argv[1:]
+    command = (["kwdiag", *typed] if typed[:1] == ["run"] and typed[len(typed) - len(job_argv):] == job_argv
+               else ["kwdiag", "run", *job_argv])
+    return {"command": command, "job": os.path.abspath(job_argv[0]), "args": job_argv[1:],
             "cwd": os.getcwd(), "started": started, "status": "starting", "runtime": runtime,
             "options": {k: v for k, v in vars(options).items() if k != "env"},
             "versions": rundir.versions(dask=runtime == "dask")}
@@ -280,24 +285,56 @@ def _finish(watch: _Watch, run_dir: str, rules, fail_on: list, manifest: dict[st
                f"deaths {len(report.deaths)}" + (f" ({len(report.failures)} need attention)" if report.failures else ""),
                f"{duration:.1f}s"]
     sys.stderr.write(f"Run: {'; '.join(summary)}\nRun directory: {run_dir}\n")
-    own_cluster = _own_dask_cluster(watch.backend.runtime, tasks, report)
-    if own_cluster:
-        manifest.update(notes=[own_cluster])
+    notes = _run_notes(watch.backend.runtime, tasks, report, _job_stderr(run_dir))
+    if notes:
+        manifest.update(notes=notes)
         rundir.write_manifest(run_dir, manifest)
-        sys.stderr.write(own_cluster + "\n")
+        for note in notes:
+            sys.stderr.write(textwrap.fill(note, width=80, subsequent_indent="  ", break_on_hyphens=False) + "\n")
     if failing:
         sys.stderr.write(f"--fail-on matched {len(failing)} death(s): exit code {code}\n")
     sys.stderr.flush()
     return code
 
 
-def _own_dask_cluster(runtime: str, tasks: dict[str, int], report) -> str | None:
-    """A note when the job ignored kwdiag's cluster and started a Dask cluster of its own (``Client()`` imported
-    from ``dask.distributed``): kwdiag's workers ran nothing, while Dask's lines are in the job's output. Its
-    deaths are still read from those lines, but a LocalCluster logs at WARNING, without the lines that say why."""
-    if runtime != "kwdiag" or not tasks or tasks.get("submitted") or "dask" not in report.runtimes:
-        return None   # (no task counts: the cluster was not reachable at the end, so nothing is known)
-    return ("Note: the job ran no task on kwdiag's cluster, and Dask's lines are in its output: it ran on a Dask "
-            "cluster of its own (Client from dask.distributed). Import Client from kwdiag.runtime instead (the "
-            "rest of the Dask code stays), or run it with `kwdiag run --dask`, which starts a Dask cluster for the "
-            "job's Client() to join and keeps every process's log at INFO.")
+def _run_notes(runtime: str, tasks: dict[str, int], report, job_stderr: str) -> list[str]:
+    """Notes for a job that did not use the cluster kwdiag started (its workers ran no task), so the deaths kwdiag
+    watched are not the job's: it imported ``Client`` from ``dask.distributed`` (an embedded run), or made a cluster
+    of its own under ``--dask``; and Dask's refusal of cluster arguments to ``Client()`` under ``--dask``."""
+    notes = []
+    if "Unexpected keyword arguments" in job_stderr and runtime == "dask":
+        notes.append("Note: Dask's Client refused the job's cluster arguments (ValueError: Unexpected keyword "
+                     "arguments): under `kwdiag run --dask` the job's Client() joins the Dask cluster kwdiag started "
+                     "(DASK_SCHEDULER_ADDRESS is set), and Dask takes no LocalCluster arguments such as n_workers "
+                     "then. Call Client() without them and give the cluster's shape to kwdiag run (--workers, "
+                     "--threads, --memory-limit).")
+    elif not tasks or tasks.get("submitted"):
+        pass   # (no task counts: the cluster was not reachable at the end, so nothing is known)
+    elif runtime == "kwdiag" and "dask" in report.runtimes:
+        notes.append("Note: the job ran no task on kwdiag's cluster, and Dask's lines are in its output: it ran on "
+                     "a Dask cluster of its own (Client from dask.distributed). Import Client from kwdiag.runtime "
+                     "instead (the rest of the Dask code stays), or run it with `kwdiag run --dask`, which starts a "
+                     "Dask cluster for the job's Client() to join and keeps every process's log at INFO.")
+    elif runtime == "kwdiag":
+        notes.append("Note: the job ran no task on kwdiag's cluster. If it uses Dask, its Client (from "
+                     "dask.distributed) started a cluster of its own, whose workers kwdiag does not watch and whose "
+                     "LocalCluster logs only warnings: import Client from kwdiag.runtime instead, or run it with "
+                     "`kwdiag run --dask`.")
+    else:
+        notes.append("Note: the job ran no task on the Dask cluster kwdiag started: it made a cluster of its own "
+                     "(a LocalCluster, or Client() with cluster arguments), whose deaths are read only from the lines "
+                     "it printed, at the level it logs (a LocalCluster: warnings only). Let its Client() take no "
+                     "arguments, so that it joins kwdiag's cluster, and give the cluster's shape to kwdiag run "
+                     "(--workers, --threads, --memory-limit).")
+    return notes
+
+
+def _job_stderr(run_dir: str) -> str:
+    """The job's own stderr as kept in the run directory (its last 256 KiB), or "" when there is none."""
+    try:
+        with open(os.path.join(run_dir, "job.stderr"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - (256 << 10)))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
