@@ -13,8 +13,9 @@ record is one line's worth of evidence whatever its fields' order.
 Also covers a collector's record around one raw line of a process's output, the line as the process printed it:
 Docker's json-file driver and Fluentd / Fluent Bit (``log``, with ``time``; Fluent Bit's Kubernetes filter adds
 ``kubernetes.pod_name`` / ``container_name``), ``journalctl -o json`` (``MESSAGE``, ``__REALTIME_TIMESTAMP``,
-``_HOSTNAME``, ``SYSLOG_IDENTIFIER``, and ``_STREAM_ID``, else ``_PID``), Loki's ``logcli --output=jsonl`` (``line``, ``timestamp``,
-``labels``) and Google Cloud Logging (``textPayload``, ``timestamp``, ``resource.labels``). ``text_lines`` gives
+``_HOSTNAME``, ``SYSLOG_IDENTIFIER``, and ``_STREAM_ID``, else ``_PID``), Loki's ``logcli --output=jsonl``
+(``line``, ``timestamp``, ``labels``), Google Cloud Logging (``textPayload``, ``timestamp``, ``resource.labels``),
+and a shipper's message with neither logger nor level beside it (CloudWatch, Filebeat). ``text_lines`` gives
 such a line back in the text shape of the same collector's own text output (``journalctl -o short-iso``,
 ``kubectl logs --timestamps --prefix``, a compose-style ``name | `` prefix), which ``kwdiag.readers.shapes``
 takes off: the collector's time is the line's when it has none of its own (a traceback's lines), and the
@@ -22,9 +23,9 @@ process it names is who said the line in a stream that merges several.
 
 Does not cover: a raw line a collector split in parts (Docker cuts lines over 16 KiB; each part is read as a
 line), a journal message that journald exports as an array of byte values (one that is not UTF-8 or holds control
-characters: the prefilter, which reads the raw bytes, never sees its words), kwdiag's own JSONL events (``kwdiag.events``), which carry their meaning in fields, or
-deciding that a line is JSON (the text reader tries this only for a line that is a JSON object and not one
-of kwdiag's events).
+characters: the prefilter, which reads the raw bytes, never sees its words), kwdiag's own JSONL events
+(``kwdiag.events``), which carry their meaning in fields, or deciding that a line is JSON (the text reader tries
+this only for a line that is a JSON object and not one of kwdiag's events).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "fatal"}
 
 # Where a collector's record keeps the raw line (only when the record has no logging message of its own).
 RAW_LINE = ("log", "line", "textPayload", "MESSAGE")
-RAW_TIME = ("time", "timestamp", "@timestamp", "date")
 # Labels that name the process of a raw line (Loki's stream labels, Google Cloud Logging's resource labels),
 # most particular first: several processes' lines merged into one export are told apart by them.
 RAW_WHO = ("container", "container_name", "compose_service", "service_name", "filename", "instance", "job", "host",

@@ -3,8 +3,9 @@
 Covers: markdown quote markers (``> ``) and code-block indentation, a terminal's echoed ``^C``, the
 prefixes ``kubectl logs --prefix`` (``[pod/name/container] ``) and ``docker compose logs``
 (``worker-1  | ``) add, syslog/journal prefixes (``Nov 21 10:56:57 host kernel: ``, ``host dask-worker[123]:
-``, and ``journalctl -o short-iso``'s ``2026-11-21T10:56:57+0000 host dask[123]: ``) and timestamps in front of
-a Dask line from ``kubectl logs --timestamps`` or a log shipper, which are then the line's time, and the
+``, and ``journalctl -o short-iso``'s ``2026-11-21T10:56:57+0000 host dask[123]: ``), timestamps in front of
+a Dask line from ``kubectl logs --timestamps`` or a log shipper (the Dask line's own time is read), a collector's
+RFC 3339 stamp in front of a line with none of its own (a traceback's: the stamp is its time), and the
 ``\\"`` of a line that was a JSON string's content (docker output inside a platform's JSON message).
 ``unwrap(line) -> (line, ts)``; ``unwrap_from(line) -> (line, ts, who)`` also says which process the wrapper
 names (the compose service, the kubectl pod and container, the journal's identifier and pid): in a stream
