@@ -223,11 +223,16 @@ def test_the_notebook_view_renders_in_a_dark_page(tmp_path):
 OWN_CLUSTER_JOBS = {
     # the documented idiom, which Dask refuses once a scheduler address is configured
     "client-with-cluster-arguments": ("from dask.distributed import Client\n"
-                                      "with Client(n_workers=1, threads_per_worker=1) as client:\n"
-                                      "    print(client.submit(sum, [1, 2]).result())\n", "refused the job's cluster arguments"),
+                                      "if __name__ == '__main__':\n"
+                                      "    with Client(n_workers=1, threads_per_worker=1) as client:\n"
+                                      "        print(client.submit(sum, [1, 2]).result())\n",
+                                      "refused the job's cluster arguments"),
+    # (the main-module guard Dask's docs use: its nannies start their workers by spawning Python afresh)
     "its-own-localcluster": ("from dask.distributed import Client, LocalCluster\n"
-                             "with LocalCluster(n_workers=1, dashboard_address=None) as c, Client(c) as client:\n"
-                             "    print(client.submit(sum, [1, 2]).result())\n", "ran no task on the Dask cluster kwdiag started"),
+                             "if __name__ == '__main__':\n"
+                             "    with LocalCluster(n_workers=1, dashboard_address=None) as c, Client(c) as client:\n"
+                             "        print(client.submit(sum, [1, 2]).result())\n",
+                             "ran no task on the Dask cluster kwdiag started"),
 }
 
 
@@ -240,6 +245,7 @@ def test_kwdiag_run_dask_says_when_the_job_did_not_join_its_cluster(tmp_path, sh
     result = subprocess.run([sys.executable, "-m", "kwdiag", "run", "--dask", "--workers", "1", "--log-dir", "run",
                              "job.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                             env=child_env({"NO_COLOR": "1"}))
+    assert "3" in result.stdout.split() or shape == "client-with-cluster-arguments", result.stderr[-3000:]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["tasks"]["submitted"] == 0, result.stderr[-3000:]
     assert len(manifest["notes"]) == 1 and said in manifest["notes"][0], manifest.get("notes")
