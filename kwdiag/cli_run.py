@@ -65,13 +65,17 @@ def register(app: typer.Typer) -> None:
         if not found:
             typer.echo(f"no runs in {runs_dir}")
             return
-        for path, m in found:
+        jobs = [" ".join([str(m.get("job", "?")).rsplit("/", 1)[-1], *map(str, m.get("args") or [])]) for _, m in found]
+        # the job column as wide as its longest entry (within 40: a longer one is cut, its end marked), so the
+        # columns after it line up whatever the jobs are called
+        width = min(max(24, *map(len, jobs)), 40)
+        for (path, m), job in zip(found, jobs):
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.get("started") or 0))
-            job = " ".join([str(m.get("job", "?")).rsplit("/", 1)[-1], *map(str, m.get("args") or [])])
+            job = job if len(job) <= width else job[:width - 1] + "…"
             code = m.get("exit_code", "-")
             duration = f"{m['duration']:.1f}s" if isinstance(m.get("duration"), (int, float)) else m.get("status", "?")
-            typer.echo(safe(f"{started}  {job:<24} exit {code!s:<4} {duration:>8}  {m.get('verdict', m.get('status'))}"
-                            f"  {path}", 1000))
+            typer.echo(safe(f"{started}  {job:<{width}} exit {code!s:<4} {duration:>8}  "
+                            f"{m.get('verdict', m.get('status'))}  {path}", 1000))
 
     @app.command("demo")
     def demo(

@@ -416,3 +416,19 @@ def test_a_job_that_runs_no_task_on_kwdiags_cluster_is_told_so_even_when_dask_pr
     assert manifest["tasks"]["submitted"] == 0
     assert len(manifest["notes"]) == 1 and "If it uses Dask" in manifest["notes"][0]
     assert "ran no task on kwdiag's cluster. If it uses Dask" in " ".join(err.split())
+
+
+def test_runs_lines_up_its_columns_whatever_the_jobs_are_called(tmp_path):
+    """Two runs, one of a job whose name is longer than the usual column: the exit codes still line up, and a name
+    past 40 characters is cut with its end marked."""
+    names = ["etl.py", "nightly_segfault_reproduction_client.py", "a" * 50 + ".py"]
+    for k, name in enumerate(names):
+        run_dir = tmp_path / "kwdiag-runs" / f"2026112{k}-000000-job"
+        run_dir.mkdir(parents=True)
+        (run_dir / "manifest.json").write_text(json.dumps({
+            "job": f"/home/me/{name}", "args": [], "started": 1795000000 + k, "exit_code": k, "duration": 1.5,
+            "verdict": "no failures", "status": "finished"}))
+    lines = run_kwdiag(["runs"], tmp_path).stdout.decode().splitlines()
+    assert len(lines) == 3
+    assert len({line.index(" exit ") for line in lines}) == 1, lines
+    assert re.search(r"nightly_segfault_reproduction_client\.py +exit 1 ", lines[1]) and "a" * 38 + "…" in lines[2]
