@@ -302,7 +302,7 @@ def _run_notes(runtime: str, tasks: dict[str, int], report, job_stderr: str) -> 
     watched are not the job's: it imported ``Client`` from ``dask.distributed`` (an embedded run), or made a cluster
     of its own under ``--dask``; and Dask's refusal of cluster arguments to ``Client()`` under ``--dask``."""
     notes = []
-    if "Unexpected keyword arguments" in job_stderr and runtime == "dask":
+    if runtime == "dask" and not tasks.get("submitted") and "ValueError: Unexpected keyword arguments: [" in job_stderr:
         notes.append("Note: Dask's Client refused the job's cluster arguments (ValueError: Unexpected keyword "
                      "arguments): under `kwdiag run --dask` the job's Client() joins the Dask cluster kwdiag started "
                      "(DASK_SCHEDULER_ADDRESS is set), and Dask takes no LocalCluster arguments such as n_workers "
